@@ -1,0 +1,44 @@
+"""Shared test settings: hypothesis profiles, the `gpu` marker, thread counts.
+
+Profiles (see shared/design/ecosystem-conventions.md §8.6): `dev` (default locally),
+`ci` (hypothesis' built-in profile, auto-loaded when CI is set, extended here) and `gpu`.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+sys.set_int_max_str_digits(0)  # Python >= 3.11 refuses int<->str beyond 4300 digits
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+settings.register_profile("dev", deadline=None, max_examples=20)
+settings.register_profile("ci", parent=settings.get_profile("ci"), deadline=None, max_examples=25)
+settings.register_profile(
+    "gpu",
+    parent=settings.get_profile("ci"),
+    deadline=None,
+    max_examples=50,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    import torch
+
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        torch.set_num_threads(1)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="CUDA not available")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
