@@ -1,0 +1,164 @@
+"""Causal attention kernels: a dense reference path and long paths with O(N·d) memory.
+
+All kernels share one contract. Queries cover the *last* ``Lq`` positions of a sequence whose
+keys/values cover positions ``0 .. Lk-1`` (``Lq <= Lk``), so query row ``r`` sits at absolute
+position ``q_offset + r`` with ``q_offset = Lk - Lq`` and may attend to keys ``j <= q_offset + r``
+("lower-right" causal alignment). This is what a KV-cache decoding step, a full forward pass
+(``Lq == Lk``) and a pass that only scores the answer tokens (``Lq < Lk``) all need.
+
+``window`` is Hard-ALiBi (Jelassi et al. 2024, see turing-programs-rasp.md §A.3.1): a head with
+window ``m`` sees only keys ``j`` with ``q - m < j <= q``; ``None`` is plain causal attention.
+
+Shapes: ``q`` is ``[B, H, Lq, E]``, ``k`` is ``[B, H, Lk, E]``, ``v`` is ``[B, H, Lk, Ev]``.
+Scores are ``scale * q·k``; the construction of Theorem 5.1 uses ``scale = 1``.
+
+Paths
+-----
+``dense_attention``  materializes the ``Lq × Lk`` pattern; the reference, and the only path that
+                     can return the attention pattern.
+``long_attention``   never builds an ``Lq × Lk`` matrix:
+    * CPU, no window: torch's fused flash kernel, called on the fully visible prefix and on the
+      causal diagonal block separately and merged exactly through their log-sum-exps;
+    * CUDA, no window, float16/bfloat16/float32: ``scaled_dot_product_attention`` with a
+      lower-right causal bias (memory-efficient/flash kernels only, head dim zero-padded to a
+      multiple of 8 — zero columns change neither scores nor outputs);
+    * otherwise (float64 on CUDA, Hard-ALiBi windows, torch builds without the fused op):
+      ``chunked_attention``, an online-softmax (flash-attention style) loop in plain torch ops.
+All paths agree with the dense path up to float rounding (tested in tests/test_attention.py).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["dense_attention", "long_attention", "chunked_attention", "causal_mask"]
+
+
+def causal_mask(
+    lq: int, lk: int, window: int | None = None, device: torch.device | str | None = None
+) -> torch.Tensor:
+    """Boolean ``[Lq, Lk]`` mask, True where query row ``r`` may attend to key ``j``."""
+    q_pos = torch.arange(lk - lq, lk, device=device).unsqueeze(1)
+    k_pos = torch.arange(lk, device=device).unsqueeze(0)
+    allowed = k_pos <= q_pos
+    if window is not None:
+        allowed &= k_pos > q_pos - window
+    return allowed
+
+
+def dense_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, window: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Explicit softmax. Returns ``(output, scores, pattern)``; masked scores are ``-inf``."""
+    scores = torch.matmul(q, k.transpose(-1, -2)) * scale
+    allowed = causal_mask(q.shape[-2], k.shape[-2], window, q.device)
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    pattern = torch.softmax(scores, dim=-1)
+    return torch.matmul(pattern, v), scores, pattern
+
+
+def chunked_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: float,
+    window: int | None = None,
+    query_block: int = 512,
+    key_block: int = 8192,
+) -> torch.Tensor:
+    """Online-softmax attention over key blocks (Milakov & Gimelshein 2018; FlashAttention).
+
+    Memory is ``O(query_block · key_block)`` per head on top of the inputs. Key blocks that a
+    query block cannot see (beyond the causal diagonal, or before the Hard-ALiBi window) are
+    skipped, so work is proportional to the visible part of the score matrix.
+    """
+    lq, lk = q.shape[-2], k.shape[-2]
+    offset = lk - lq
+    out = torch.empty(*q.shape[:-1], v.shape[-1], dtype=q.dtype, device=q.device)
+    for r0 in range(0, lq, query_block):
+        r1 = min(lq, r0 + query_block)
+        first_q, last_q = offset + r0, offset + r1 - 1
+        lo = 0 if window is None else max(0, first_q - window + 1)
+        q_blk = q[..., r0:r1, :] * scale
+        row_max = torch.full((*q_blk.shape[:-1], 1), float("-inf"), dtype=q.dtype, device=q.device)
+        row_sum = torch.zeros_like(row_max)
+        acc = torch.zeros(*q_blk.shape[:-1], v.shape[-1], dtype=q.dtype, device=q.device)
+        for k0 in range(lo - lo % key_block, last_q + 1, key_block):
+            k1 = min(last_q + 1, k0 + key_block)
+            s = torch.matmul(q_blk, k[..., k0:k1, :].transpose(-1, -2))
+            needs_mask = k1 - 1 > first_q or (window is not None and k0 <= last_q - window)
+            if needs_mask:
+                q_pos = torch.arange(first_q, last_q + 1, device=q.device).unsqueeze(1)
+                k_pos = torch.arange(k0, k1, device=q.device).unsqueeze(0)
+                allowed = k_pos <= q_pos
+                if window is not None:
+                    allowed &= k_pos > q_pos - window
+                s = s.masked_fill(~allowed, float("-inf"))
+            new_max = torch.maximum(row_max, s.amax(dim=-1, keepdim=True))
+            # rows that have seen no visible key yet keep max -inf; exp(-inf - -inf) would be nan
+            safe_max = torch.where(torch.isinf(new_max), torch.zeros_like(new_max), new_max)
+            p = torch.exp(s - safe_max)
+            rescale = torch.exp(row_max - safe_max)
+            row_sum = row_sum * rescale + p.sum(dim=-1, keepdim=True)
+            acc = acc * rescale + torch.matmul(p, v[..., k0:k1, :])
+            row_max = new_max
+        out[..., r0:r1, :] = acc / row_sum
+    return out
+
+
+def _cpu_flash_with_lse(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, causal: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        q, k, v, 0.0, causal, scale=scale
+    )[:2]
+    return out, lse
+
+
+def _cpu_long_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+    """Prefix (fully visible) + diagonal (square causal) blocks, merged by log-sum-exp."""
+    lq, lk = q.shape[-2], k.shape[-2]
+    offset = lk - lq
+    ev = v.shape[-1]
+    if ev != q.shape[-1]:  # the fused kernel wants one head size for q, k and v
+        width = max(ev, q.shape[-1])
+        q, k, v = (F.pad(t, (0, width - t.shape[-1])) for t in (q, k, v))
+    diag_out, diag_lse = _cpu_flash_with_lse(q, k[..., offset:, :], v[..., offset:, :], scale, True)
+    if offset == 0:
+        return diag_out[..., :ev]
+    pre_out, pre_lse = _cpu_flash_with_lse(q, k[..., :offset, :], v[..., :offset, :], scale, False)
+    top = torch.maximum(diag_lse, pre_lse).unsqueeze(-1)
+    w_diag = torch.exp(diag_lse.unsqueeze(-1) - top)
+    w_pre = torch.exp(pre_lse.unsqueeze(-1) - top)
+    return ((diag_out * w_diag + pre_out * w_pre) / (w_diag + w_pre))[..., :ev]
+
+
+def _cuda_long_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention.bias import causal_lower_right
+
+    ev = v.shape[-1]
+    width = 8 * math.ceil(max(ev, q.shape[-1]) / 8)
+    q, k, v = (F.pad(t, (0, width - t.shape[-1])) for t in (q, k, v))
+    lq, lk = q.shape[-2], k.shape[-2]
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]):
+        if lq == lk:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(lq, lk), scale=scale)
+    return out[..., :ev]
+
+
+def long_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, window: int | None = None
+) -> torch.Tensor:
+    """Exact causal attention with memory O(N·d): picks the fastest path that fits (module doc)."""
+    if window is None and q.device.type == "cpu" and hasattr(
+        torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu"
+    ):
+        return _cpu_long_attention(q, k, v, scale)
+    if window is None and q.device.type == "cuda" and q.dtype != torch.float64:
+        return _cuda_long_attention(q, k, v, scale)
+    return chunked_attention(q, k, v, scale, window)

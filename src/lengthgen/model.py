@@ -1,0 +1,305 @@
+"""A generic decoder-only transformer with TransformerLens parameter names (nanoGPT-style).
+
+The model knows nothing about any task. Positions are *data*: ``forward`` takes explicit position
+IDs and looks them up in the learned table ``W_pos`` (so position coupling, Cho et al. 2024 §3, is a
+property of the input, not of the model), or ignores them (``positional="none"``, NoPE).
+
+Parameters, with TransformerLens names and shapes (state_dict keys equal TL's):
+
+    embed.W_E [d_vocab, d_model]            pos_embed.W_pos [n_ctx, d_model]
+    blocks.{l}.attn.W_Q/W_K/W_V [n_heads, d_model, d_head]   b_Q/b_K/b_V [n_heads, d_head]
+    blocks.{l}.attn.W_O [n_heads, d_head, d_model]            b_O [d_model]
+    blocks.{l}.mlp.W_in [d_model, d_mlp]  b_in [d_mlp]  W_out [d_mlp, d_model]  b_out [d_model]
+    blocks.{l}.ln1.w/b, blocks.{l}.ln2.w/b, ln_final.w/b   (only when normalization == "LN")
+    unembed.W_U [d_model, d_vocab_out]  b_U [d_vocab_out]
+
+Attention scores are ``q·k / attn_scale`` (TL convention; ``attn_scale=None`` means
+``sqrt(d_head)``; hand-built constructions use 1). Short sequences use the explicit-softmax path,
+which can return every activation under TL hook names; long ones switch to the O(N·d) kernels of
+:mod:`lengthgen.attention` automatically.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .attention import dense_attention, long_attention
+
+#: above this many query×key entries per head the model leaves the dense path
+DENSE_ENTRIES_LIMIT = 1 << 22
+POSITIONAL_KINDS = ("learned", "none")
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
+DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32, "float64": torch.float64}
+
+
+@dataclass
+class TransformerConfig:
+    """Architecture of a :class:`Transformer`. ``attn_windows`` gives Hard-ALiBi windows per head
+    (``None`` entries: plain causal); ``n_ctx`` is the number of rows of ``W_pos``, i.e. the largest
+    usable position ID plus one."""
+
+    d_vocab: int
+    d_model: int
+    n_layers: int = 1
+    n_heads: int = 1
+    d_head: int = 16
+    d_mlp: int = 64
+    n_ctx: int = 256
+    positional: str = "learned"
+    attn_scale: float | None = None
+    act_fn: str = "relu"
+    normalization: str | None = None
+    attn_windows: list[int | None] | None = None
+    d_vocab_out: int | None = None
+    dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        if self.positional not in POSITIONAL_KINDS:
+            raise ValueError(f"unknown positional scheme {self.positional!r}; choose one of {POSITIONAL_KINDS}")
+        if self.act_fn not in ACTIVATIONS:
+            raise ValueError(f"unknown activation {self.act_fn!r}; choose one of {tuple(ACTIVATIONS)}")
+        if self.normalization not in (None, "LN"):
+            raise ValueError(f"unknown normalization {self.normalization!r}; choose None or 'LN'")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {self.dtype!r}; choose one of {tuple(DTYPES)}")
+        if self.attn_windows is not None and len(self.attn_windows) != self.n_heads:
+            raise ValueError(f"attn_windows needs one entry per head ({self.n_heads}), got {self.attn_windows}")
+        if self.d_vocab_out is None:
+            self.d_vocab_out = self.d_vocab
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+    @property
+    def score_scale(self) -> float:
+        """Multiplier applied to q·k (the inverse of TL's ``attn_scale``)."""
+        return 1.0 / (math.sqrt(self.d_head) if self.attn_scale is None else self.attn_scale)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Annotations:
+    """Names for a model's axes and meanings for its weights (tracr's ``residual_labels`` idea).
+
+    ``residual``: one label per residual dimension; ``head_dims``: per head, one label per d_head
+    dimension; ``mlp``: one label per hidden unit; ``vocab``: the token strings; ``notes``: for a
+    parameter name, what the matrix does (in the words of the theorem it implements)."""
+
+    residual: list[str] | None = None
+    head_dims: list[list[str]] | None = None
+    mlp: list[str] | None = None
+    vocab: list[str] | None = None
+    notes: dict[str, str] = field(default_factory=dict)
+    title: str = ""
+
+
+class LayerNorm(nn.Module):
+    def __init__(self, d: int, dtype: torch.dtype):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(d, dtype=dtype))
+        self.b = nn.Parameter(torch.zeros(d, dtype=dtype))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(x, x.shape[-1:], self.w, self.b, eps=1e-5)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        h, d, e, dt = cfg.n_heads, cfg.d_model, cfg.d_head, cfg.torch_dtype
+        self.cfg = cfg
+        for name in ("W_Q", "W_K", "W_V"):
+            setattr(self, name, nn.Parameter(torch.zeros(h, d, e, dtype=dt)))
+        for name in ("b_Q", "b_K", "b_V"):
+            setattr(self, name, nn.Parameter(torch.zeros(h, e, dtype=dt)))
+        self.W_O = nn.Parameter(torch.zeros(h, e, d, dtype=dt))
+        self.b_O = nn.Parameter(torch.zeros(d, dtype=dt))
+
+    def _project(self, x: torch.Tensor, W: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.einsum("bpd,hde->bhpe", x, W) + b[None, :, None, :]
+
+    def forward(
+        self, x_q: torch.Tensor, x_kv: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None,
+        acts: dict | None, prefix: str,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """``x_q`` holds the residual at the query positions (the last ones of ``x_kv``); ``past``
+        holds the keys/values of earlier positions (KV cache). Returns output and new (k, v)."""
+        q = self._project(x_q, self.W_Q, self.b_Q)
+        k = self._project(x_kv, self.W_K, self.b_K)
+        v = self._project(x_kv, self.W_V, self.b_V)
+        new_kv = (k, v)
+        if past is not None:
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+        windows = self.cfg.attn_windows or [None] * self.cfg.n_heads
+        dense = acts is not None or q.shape[-2] * k.shape[-2] <= DENSE_ENTRIES_LIMIT
+        z = q.new_empty(*q.shape[:-1], v.shape[-1])
+        scores_all = pattern_all = None
+        for heads, window in _window_groups(windows):
+            qs, ks, vs = q[:, heads], k[:, heads], v[:, heads]
+            if not dense:
+                z[:, heads] = long_attention(qs, ks, vs, self.cfg.score_scale, window)
+                continue
+            z[:, heads], scores, pattern = dense_attention(qs, ks, vs, self.cfg.score_scale, window)
+            if acts is not None:
+                if scores_all is None:
+                    scores_all = scores.new_empty(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+                    pattern_all = torch.empty_like(scores_all)
+                scores_all[:, heads], pattern_all[:, heads] = scores, pattern
+        if acts is not None:
+            acts[f"{prefix}.attn.hook_attn_scores"] = scores_all
+            acts[f"{prefix}.attn.hook_pattern"] = pattern_all
+            acts[f"{prefix}.attn.hook_z"] = z.transpose(1, 2)
+        out = torch.einsum("bhpe,hed->bpd", z, self.W_O) + self.b_O
+        return out, new_kv
+
+
+def _window_groups(windows: list[int | None]) -> list[tuple[list[int], int | None]]:
+    """Heads grouped by their Hard-ALiBi window, so each kernel call handles one window."""
+    groups: dict[int | None, list[int]] = {}
+    for head, window in enumerate(windows):
+        groups.setdefault(window, []).append(head)
+    return [(heads, window) for window, heads in groups.items()]
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        d, m, dt = cfg.d_model, cfg.d_mlp, cfg.torch_dtype
+        self.W_in = nn.Parameter(torch.zeros(d, m, dtype=dt))
+        self.b_in = nn.Parameter(torch.zeros(m, dtype=dt))
+        self.W_out = nn.Parameter(torch.zeros(m, d, dtype=dt))
+        self.b_out = nn.Parameter(torch.zeros(d, dtype=dt))
+        self.act = ACTIVATIONS[cfg.act_fn]
+
+    def forward(self, x: torch.Tensor, acts: dict | None, prefix: str) -> torch.Tensor:
+        pre = x @ self.W_in + self.b_in
+        post = self.act(pre)
+        if acts is not None:
+            acts[f"{prefix}.mlp.hook_pre"], acts[f"{prefix}.mlp.hook_post"] = pre, post
+        return post @ self.W_out + self.b_out
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        norm = cfg.normalization == "LN"
+        self.ln1 = LayerNorm(cfg.d_model, cfg.torch_dtype) if norm else nn.Identity()
+        self.attn = Attention(cfg)
+        self.ln2 = LayerNorm(cfg.d_model, cfg.torch_dtype) if norm else nn.Identity()
+        self.mlp = MLP(cfg) if cfg.d_mlp > 0 else None
+
+    def forward(self, x: torch.Tensor, q_from: int, past, acts: dict | None, prefix: str):
+        """Pre-LN residual block; only positions ``q_from:`` are computed (the rest are keys)."""
+        normed = self.ln1(x)
+        attn_out, new_kv = self.attn(normed[:, q_from:], normed, past, acts, prefix)
+        resid_mid = x[:, q_from:] + attn_out
+        mlp_out = self.mlp(self.ln2(resid_mid), acts, prefix) if self.mlp is not None else torch.zeros_like(resid_mid)
+        resid_post = resid_mid + mlp_out
+        if acts is not None:
+            acts.update({f"{prefix}.hook_resid_pre": x, f"{prefix}.hook_attn_out": attn_out,
+                         f"{prefix}.hook_resid_mid": resid_mid, f"{prefix}.hook_mlp_out": mlp_out,
+                         f"{prefix}.hook_resid_post": resid_post})
+        return resid_post, new_kv
+
+
+class KVCache:
+    """Keys and values of every layer for the positions decoded so far (greedy decoding)."""
+
+    def __init__(self) -> None:
+        self.layers: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    @property
+    def length(self) -> int:
+        return 0 if not self.layers else self.layers[0][0].shape[2]
+
+    def extend(self, layer: int, kv: tuple[torch.Tensor, torch.Tensor]) -> None:
+        if layer == len(self.layers):
+            self.layers.append(kv)
+        else:
+            k, v = self.layers[layer]
+            self.layers[layer] = (torch.cat([k, kv[0]], dim=2), torch.cat([v, kv[1]], dim=2))
+
+
+class Transformer(nn.Module):
+    """Token ids (and position IDs) in, logits out. See the module docstring."""
+
+    def __init__(self, cfg: TransformerConfig, annotations: Annotations | None = None):
+        super().__init__()
+        self.cfg = cfg
+        dt = cfg.torch_dtype
+        self.embed = nn.Module()
+        self.embed.W_E = nn.Parameter(torch.zeros(cfg.d_vocab, cfg.d_model, dtype=dt))
+        self.pos_embed = nn.Module()
+        if cfg.positional == "learned":
+            self.pos_embed.W_pos = nn.Parameter(torch.zeros(cfg.n_ctx, cfg.d_model, dtype=dt))
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.ln_final = LayerNorm(cfg.d_model, dt) if cfg.normalization == "LN" else nn.Identity()
+        self.unembed = nn.Module()
+        self.unembed.W_U = nn.Parameter(torch.zeros(cfg.d_model, cfg.d_vocab_out, dtype=dt))
+        self.unembed.b_U = nn.Parameter(torch.zeros(cfg.d_vocab_out, dtype=dt))
+        self.annotations = annotations or Annotations()
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed.W_E.device
+
+    def embed_input(self, tokens: torch.Tensor, pos_ids: torch.Tensor | None, start: int = 0) -> torch.Tensor:
+        if tokens.min() < 0 or tokens.max() >= self.cfg.d_vocab:
+            raise ValueError(f"token id out of range: ids must lie in [0, {self.cfg.d_vocab})")
+        x = self.embed.W_E[tokens]
+        if self.cfg.positional == "none":
+            return x
+        if pos_ids is None:
+            pos_ids = torch.arange(start, start + tokens.shape[1], device=tokens.device).expand_as(tokens)
+        if pos_ids.min() < 0 or pos_ids.max() >= self.cfg.n_ctx:
+            raise ValueError(
+                f"position ID {int(pos_ids.max())} is outside the position table (IDs 0..{self.cfg.n_ctx - 1}); "
+                "use a model built with a larger n_ctx"
+            )
+        return x + self.pos_embed.W_pos[pos_ids]
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        pos_ids: torch.Tensor | None = None,
+        *,
+        cache: KVCache | None = None,
+        logits_from: int = 0,
+        return_cache: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Logits ``[batch, seq - logits_from, d_vocab_out]`` for ``tokens`` ``[batch, seq]``.
+
+        ``pos_ids`` (same shape, int) are the position IDs; default ``0..seq-1`` after the cached
+        prefix. ``cache`` makes this a decoding step: earlier keys/values are read from it and the
+        new ones appended. ``logits_from`` skips the last layer's work for earlier positions
+        (logits are then returned only from that position on). ``return_cache=True`` also returns a
+        dict of activations under TransformerLens hook names (dense path; short inputs only).
+        """
+        if tokens.dim() == 1:
+            tokens = tokens.unsqueeze(0)
+            pos_ids = None if pos_ids is None else pos_ids.reshape(1, -1)
+        past_len = 0 if cache is None else cache.length
+        acts: dict | None = {} if return_cache else None
+        x = self.embed_input(tokens, pos_ids, start=past_len)
+        if acts is not None:
+            acts["hook_embed"] = self.embed.W_E[tokens]
+        for layer, block in enumerate(self.blocks):
+            q_from = logits_from if layer == len(self.blocks) - 1 else 0
+            past = None if cache is None or layer >= len(cache.layers) else cache.layers[layer]
+            x, new_kv = block(x, q_from, past, acts, f"blocks.{layer}")
+            if cache is not None:
+                cache.extend(layer, new_kv)
+        logits = self.ln_final(x) @ self.unembed.W_U + self.unembed.b_U
+        return (logits, acts) if return_cache else logits
+
+    def describe(self, max_entries: int = 40) -> str:
+        from .describe import describe_model
+
+        return describe_model(self, max_entries=max_entries)

@@ -1,0 +1,48 @@
+"""Position-ID rules. Positions are data handed to the model with the tokens.
+
+``coupled_addition_ids`` is the position-coupling rule of Cho et al. 2024 (§3, Figure 2) for the
+format ``$ a_{n-1}..a_0 + b_{n-1}..b_0 = c_0..c_n $`` (theorem-5-1-addition.md §1.2): equal
+significance shares an ID, ``+``/``=`` share one, ``$`` gets 0. With start ``s``:
+
+    a_i, b_i, c_i  ->  s + n - 1 - i        +, =  ->  s + n        $  ->  0
+
+so the operands read ``s, s+1, .., s+n-1``, the answer counts down from ``s+n-1`` to ``s-1``. The
+paper's worked example (Table 9, s = 2): ``$653+049=2070$`` -> ``0 2 3 4 5 2 3 4 5 4 3 2 1 0``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def plain_position_ids(length: int, start: int = 0) -> np.ndarray:
+    """Ordinary absolute positions ``start, start+1, ...`` (the APE baseline)."""
+    return np.arange(start, start + length, dtype=np.int64)
+
+
+def coupled_addition_ids(n: int, start: int = 2) -> np.ndarray:
+    """IDs of the full sequence ``$ a + b = c $`` (3n + 5 tokens) for operands of length ``n``.
+
+    ``start`` (s) must be at least 2 so that the overflow digit c_n (ID s - 1) stays non-zero; the
+    largest ID is ``s + n``. Training draws ``start`` at random (see :func:`random_start`)."""
+    if n < 1:
+        raise ValueError("operand length n must be at least 1")
+    if start < 2:
+        raise ValueError("start ID s must be >= 2 (ID 0 is reserved for $ and the overflow digit gets s-1)")
+    operand = np.arange(start, start + n, dtype=np.int64)
+    sep = np.array([start + n], dtype=np.int64)
+    answer = np.arange(start + n - 1, start - 2, -1, dtype=np.int64)
+    zero = np.zeros(1, dtype=np.int64)
+    return np.concatenate([zero, operand, sep, operand, sep, answer, zero])
+
+
+def max_coupled_id(n: int, start: int = 2) -> int:
+    """Largest position ID used by an n-digit addition starting at ``start``: ``s + n``."""
+    return start + n
+
+
+def random_start(rng: np.random.Generator, n: int, max_id: int, size: int | None = None) -> np.ndarray | int:
+    """Random start offset for training (the authors' "random shift", theorem-5-1-addition.md §1.2):
+    uniform over ``2 .. max_id - n`` so every ID of the sequence lies in ``1 .. max_id``."""
+    if max_id - n < 2:
+        raise ValueError(f"a position table with largest ID {max_id} cannot hold {n}-digit operands (needs {n + 2})")
+    return rng.integers(2, max_id - n + 1, size=size)
