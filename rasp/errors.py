@@ -1,0 +1,55 @@
+"""Exception classes of the mini-RASP package.
+
+Every error names its culprit (the s-op, the selector, the machine field, the
+input symbol, the step) so that the CLI can print one clear line and exit 2
+(turing-programs-rasp.md §B.4, Part C items 3 and 10; issue 5 "Bad input").
+"""
+from __future__ import annotations
+
+
+class RASPError(Exception):
+    """Base class of every error raised by the :mod:`rasp` package."""
+
+
+class RASPTypeError(RASPError, TypeError):
+    """A value has the wrong type for an operation, e.g. a mean over non-numbers
+    (Weiss' "asked to average multiple values, but they are non-numbers";
+    turing-programs-rasp.md Part C item 10)."""
+
+
+class AmbiguousAggregateError(RASPError, ValueError):
+    """A categorical Aggregate selected several *different* values
+    (tracr's silent mixing of one-hots, turing-programs-rasp.md Part C item 3)."""
+
+
+class RASPSizeError(RASPError):
+    """A dense (n x n) selector evaluation was refused by the size guard
+    (turing-programs-rasp.md §B.4.5)."""
+
+
+class RASPEvaluationError(RASPError):
+    """A user function inside a Map / SequenceMap / predicate raised."""
+
+
+class MachineSpecError(RASPError, ValueError):
+    """A Turing-machine specification is malformed or incomplete
+    (unknown state or symbol, duplicate or missing transition)."""
+
+
+class MachineInputError(RASPError, ValueError):
+    """The input tape contains a symbol outside the machine's alphabet, or an
+    input cannot be parsed by a library task."""
+
+
+class StepBudgetExceeded(RASPError):
+    """The reference simulator did not reach a halting state within the step budget."""
+
+
+class AmbiguousLookupError(RASPError):
+    """The runtime monitor of the compiled Turing program found that the n-gram
+    lookup matched a key other than the aligned one (the no-repeated-n-gram
+    premise failed; turing-programs-rasp.md §A.2.6)."""
+
+    def __init__(self, message: str, position: int) -> None:
+        super().__init__(message)
+        self.position = position

@@ -1,0 +1,164 @@
+"""RASP-L style library and adapters over the expression graph.
+
+turing-programs-rasp.md §B.2 (np-rasp ``core.py`` / ``lib.py`` names, predicates
+called as ``pred(key, query)``), §B.3 (tracr ``lib.py``: ``make_length``,
+``make_hist``, ``make_reverse``, ``make_sort_unique``) and §A.2.4
+(``masked_ngram``). Everything returns IR nodes; evaluate them with
+:func:`rasp.evaluate.evaluate` (``causal=True`` for RASP-L semantics).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from rasp.core import (Aggregate, Comparison, Full, Map, Select, Selector, SelectorWidth,
+                       SequenceMap, SOp, indices, tokens)
+
+__all__ = [
+    "full", "tok_map", "seq_map", "select", "sel_width", "aggr", "kqv", "equals", "leq", "lt",
+    "geq", "gt", "shift_right", "index_select", "cumsum", "firsts", "lasts", "where",
+    "make_length", "make_hist", "make_reverse", "make_sort_unique", "masked_ngram",
+    "indices", "tokens",
+]
+
+# np-rasp predicates, called as pred(key, query) (§B.2)
+equals = Comparison.EQ
+leq = Comparison.LEQ
+lt = Comparison.LT
+geq = Comparison.GEQ
+gt = Comparison.GT
+
+
+# ----------------------------------------------------------- np-rasp core adapters (§B.2)
+
+
+def full(value: Any) -> SOp:
+    """np-rasp ``full``: the constant s-op."""
+    return Full(value)
+
+
+def tok_map(x: SOp, f: Callable[[Any], Any]) -> SOp:
+    """np-rasp ``tok_map(x, f)`` = ``Map(f, x)``."""
+    return Map(f, x)
+
+
+def seq_map(x: SOp, y: SOp, f: Callable[[Any, Any], Any]) -> SOp:
+    """np-rasp ``seq_map(x, y, f)`` = ``SequenceMap(f, x, y)``."""
+    return SequenceMap(f, x, y)
+
+
+def select(k: SOp, q: SOp, pred: Comparison | Callable[[Any, Any], Any]) -> Selector:
+    """np-rasp ``select(k, q, pred)``; causality is chosen at evaluation time."""
+    return Select(k, q, pred)
+
+
+def sel_width(sel: Selector) -> SOp:
+    """np-rasp ``sel_width`` = ``SelectorWidth``."""
+    return SelectorWidth(sel)
+
+
+def aggr(sel: Selector, v: SOp, default: Any = 0, reduction: str = "mean") -> SOp:
+    """np-rasp ``aggr``. Note: our categorical mean returns the single selected
+    value and refuses several different ones instead of truncating an average."""
+    return Aggregate(sel, v, default=default, reduce=reduction)
+
+
+def kqv(k: SOp, q: SOp, v: SOp, pred: Comparison | Callable[[Any, Any], Any], default: Any = 0,
+        reduction: str = "mean") -> SOp:
+    """np-rasp ``kqv`` = ``aggr(select(k, q, pred), v, default, reduction)``."""
+    return aggr(select(k, q, pred), v, default=default, reduction=reduction)
+
+
+# ------------------------------------------------------------------------ helpers (§B.2)
+
+
+def shift_right(x: SOp, n: int, default: Any = 0) -> SOp:
+    """``x[i - n]`` (``default`` before the start): ``kqv(indices + n, indices, x, equals)``."""
+    return kqv(indices + n, indices, x, equals, default=default)
+
+
+def index_select(x: SOp, idx: SOp, default: Any = 0) -> SOp:
+    """``x[idx[i]]``: ``kqv(indices, idx, x, equals)``."""
+    return kqv(indices, idx, x, equals, default=default)
+
+
+def cumsum(b: SOp) -> SOp:
+    """Number of true values of ``b`` at positions <= i.
+
+    np-rasp uses ``select(b, b, lambda k, q: k)`` (dense); this equivalent form is an
+    EQ select plus an index bound, so it runs on the O(n log n) path in both modes."""
+    return SelectorWidth(Select(b, Full(True), equals) & Select(indices, indices, leq))
+
+
+def firsts(x: SOp, q: SOp, default: Any = -1) -> SOp:
+    """Smallest index j with ``x[j] == q[i]`` (np-rasp ``firsts``)."""
+    return kqv(x, q, indices, equals, default=default, reduction="min")
+
+
+def lasts(x: SOp, q: SOp, default: Any = -1) -> SOp:
+    """Largest index j with ``x[j] == q[i]`` (np-rasp ``lasts``)."""
+    return kqv(x, q, indices, equals, default=default, reduction="max")
+
+
+def where(cond: SOp, x: SOp, y: SOp) -> SOp:
+    """``x if cond else y`` elementwise (np-rasp ``where``)."""
+    return SequenceMap(lambda c, xy: xy[0] if c else xy[1], cond, SequenceMap(lambda a, b: (a, b), x, y))
+
+
+# ------------------------------------------------------------------- tracr lib (§B.3)
+
+
+def make_length() -> SOp:
+    """tracr ``make_length``: ``SelectorWidth(Select(tokens, tokens, TRUE))``."""
+    return SelectorWidth(Select(tokens, tokens, Comparison.TRUE)).named("length")
+
+
+def make_hist() -> SOp:
+    """tracr ``make_hist``: how often each token occurs."""
+    return SelectorWidth(Select(tokens, tokens, Comparison.EQ)).named("hist")
+
+
+def make_reverse(sop: SOp) -> SOp:
+    """tracr ``make_reverse`` (non-causal): ``sop[length - 1 - i]``."""
+    opp = (make_length() - indices).named("opp_idx")
+    opp = (opp - 1).named("opp_idx-1")
+    return Aggregate(Select(indices, opp, Comparison.EQ), sop).named("reverse")
+
+
+def make_sort_unique(vals: SOp, keys: SOp) -> SOp:
+    """tracr ``make_sort_unique`` (non-causal): ``vals`` sorted by unique ``keys``."""
+    smaller = Select(keys, keys, Comparison.LT).named("smaller")
+    target_pos = SelectorWidth(smaller).named("target_pos")
+    sel_new = Select(target_pos, indices, Comparison.EQ)
+    return Aggregate(sel_new, vals).named("sort")
+
+
+# --------------------------------------------------------------- masked n-grams (§A.2.4)
+
+
+def masked_ngram(s: SOp, is_sep: SOp, n: int, *, offset: int = 0, null: Any = None,
+                 edge: Any = None) -> SOp:
+    """At i, the tuple ``(u_{n-1}, ..., u_0)`` over the stream ``s`` ending at ``i - offset``.
+
+    ``u_0 = s[i - offset]``; for d >= 1, ``u_d = null`` if ``is_sep`` holds somewhere in
+    ``s[i-offset-d+1 .. i-offset]``, else ``s[i-offset-d]`` (``edge`` before the start).
+    turing-programs-rasp.md §A.2.4 [R, reconstructed]; ``offset=1`` folds the KEY shift
+    of §A.2.3 op 10 into the shifts, which keeps P at 4 attention layers.
+    Cost: n + offset - 1 shifts of ``s``, about n shifts of ``is_sep``, ~3n maps.
+    """
+    if n < 1:
+        raise ValueError(f"n-gram order must be >= 1, got {n}")
+
+    def shifted(x: SOp, d: int, default: Any) -> SOp:
+        return x if d == 0 else shift_right(x, d, default)
+
+    cols = [shifted(s, offset, edge)]
+    seen = shifted(is_sep, offset, False)
+    for d in range(1, n):
+        s_d = shifted(s, d + offset, edge)
+        cols.append(SequenceMap(lambda v, b: null if b else v, s_d, seen))
+        if d < n - 1:
+            seen = SequenceMap(lambda a, b: bool(a or b), seen, shifted(is_sep, d + offset, False))
+    gram = Map(lambda v: (v,), cols[-1])
+    for col in reversed(cols[:-1]):
+        gram = SequenceMap(lambda t, v: t + (v,), gram, col)
+    return gram

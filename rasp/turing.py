@@ -1,0 +1,210 @@
+"""CLI: run a Turing machine's reference simulator and its compiled RASP program side by side.
+
+``python -m rasp.turing --machine NAME|PATH.json|random:SEED --input "..."`` (issue 5;
+turing-programs-rasp.md §A.1.3 trace format, §A.2.3 program P, §A.2.6 monitor and
+address track). Exit status: 0 when the RASP trace equals the simulator's token for
+token (and a library task's answer equals Python's), 1 when it does not, 2 on bad
+input (one line on stderr, no traceback).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from tqdm import tqdm
+
+from rasp.compiler import compile_turing_machine
+from rasp.errors import AmbiguousLookupError, RASPError
+from rasp.library import SPEC_DIR, TASKS, Task, random_machine, sample_machine
+from rasp.machines import (TuringMachine, Vocab, address_tags, build_trace, min_ngram, simulate,
+                           split_configs)
+
+EPILOG = """\
+machines:
+  addition          multi-digit addition, input "1234+987" (operands interleaved, carry in the state)
+  multiplication    N x 1 multiplication, input "1234*7" (one machine per multiplier digit)
+  increment         binary +1, input "1011"
+  parity            rasp/specs/parity.json, input "1011_" (writes E/O on the trailing blank)
+  random:SEED[:STATES:SYMBOLS]
+                    the first random machine from SEED on that halts on the input
+                    (rejection sampling; default 4 states, 6 symbols "0".."5")
+  PATH.json         {"states", "start", "halt", "alphabet", "blank", "head", "transitions"}
+                    with transitions [[state, read, next_state, write, "L"|"R"], ...];
+                    input: one character per cell, or symbols separated by spaces
+
+exit status: 0 traces match, 1 they differ (or the lookup became ambiguous), 2 bad input
+examples:
+  python -m rasp.turing --machine addition --input 99+1 --show-trace
+  python -m rasp.turing --machine random:7 --input 0123450 --mode teacher --json
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m rasp.turing", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Simulate a Turing machine in plain Python and with its compiled RASP "
+                    "Turing-Program simulator (program P), and compare the traces "
+                    "BOS c_0 SEP c_1 ... c_T EOS token for token.")
+    p.add_argument("--machine", required=True, metavar="NAME|PATH.json",
+                   help="library machine, random:SEED[:STATES:SYMBOLS], or a JSON spec file")
+    p.add_argument("--input", required=True, metavar="TEXT", help="the input (initial tape)")
+    p.add_argument("--ngram", type=int, metavar="N",
+                   help="n-gram order of the lookup (default: the smallest n for which no "
+                        "configuration of the simulated trace repeats an n-gram)")
+    p.add_argument("--max-steps", type=int, default=10_000, metavar="S",
+                   help="step budget of the simulator; not halting within it is an error (default 10000)")
+    p.add_argument("--mode", choices=("teacher", "greedy"), default="greedy",
+                   help="teacher: causal evaluation on the reference trace; greedy: autoregressive "
+                        "decoding from BOS c_0 SEP (default)")
+    p.add_argument("--address-track", type=int, metavar="B", default=0,
+                   help="tag cells with a read-only de Bruijn address over B >= 2 letters so the "
+                        "premise holds for any machine (changes the vocabulary)")
+    p.add_argument("--show-trace", action="store_true", help="print the RASP trace, one configuration per line")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    return p
+
+
+@dataclass
+class _Resolved:
+    machine: TuringMachine
+    tape: list[str]
+    task: Task | None
+
+
+def resolve(spec: str, text: str, max_steps: int) -> _Resolved:
+    """Machine and tape from ``--machine`` and ``--input``."""
+    if spec in TASKS:
+        tm, tape = TASKS[spec].build(text)
+        return _Resolved(tm, tape, TASKS[spec])
+    if spec.startswith("random:"):
+        parts = spec.split(":")[1:]
+        try:
+            seed, states, symbols = (list(map(int, parts)) + [4, 6])[:3]
+        except ValueError:
+            raise RASPError(f"--machine {spec!r}: expected random:SEED[:STATES:SYMBOLS] with integers") from None
+        if len(parts) not in (1, 3):
+            raise RASPError(f"--machine {spec!r}: expected random:SEED or random:SEED:STATES:SYMBOLS")
+        tape = random_machine(states, symbols, 0.1, seed).parse_tape(text)  # alphabet only
+        sample = sample_machine(n_states=states, n_symbols=symbols, tape=tape, seed=seed,
+                                max_steps=max_steps, max_tries=200)
+        return _Resolved(sample.machine, tape, None)
+    path = Path(spec)
+    if path.suffix != ".json" and (SPEC_DIR / f"{spec}.json").is_file():
+        path = SPEC_DIR / f"{spec}.json"
+    elif path.suffix != ".json":
+        raise RASPError(f"unknown machine {spec!r}: not one of {', '.join(sorted(TASKS))}, "
+                        "parity, random:SEED or a .json file")
+    tm = TuringMachine.from_json(path)
+    return _Resolved(tm, tm.parse_tape(text), None)
+
+
+def _first_mismatch(a: Sequence[int], b: Sequence[int]) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
+    """Simulate, compile, run; return the report and the rendered trace lines."""
+    res = resolve(args.machine, args.input, args.max_steps)
+    tm = res.machine
+    sim = simulate(tm, res.tape, args.max_steps)
+    tags = None
+    if args.address_track:
+        if args.address_track < 2:
+            raise RASPError("--address-track needs B >= 2 letters")
+        tags = address_tags(len(res.tape), args.address_track)
+    vocab = Vocab.for_machine(tm, max(1, args.address_track))
+    ref = build_trace(sim, vocab, tags)
+    premise_n = min_ngram(split_configs(ref, vocab))
+    n = args.ngram if args.ngram is not None else premise_n
+    if n < 1:
+        raise RASPError(f"--ngram must be >= 1, got {n}")
+    tp = compile_turing_machine(tm, n, vocab=vocab)
+    L = len(res.tape)
+    monitor = None
+    if args.mode == "teacher":
+        try:
+            got = ref[:L + 2] + tp.teacher_forced(ref)
+        except AmbiguousLookupError as exc:
+            monitor, got = str(exc), ref[:exc.position + 1]
+    else:
+        bar = tqdm(total=len(ref) - L - 2, unit="tok", file=sys.stderr, leave=False,
+                   disable=args.json or not sys.stderr.isatty(), desc="greedy")
+        with bar:
+            try:
+                got = tp.greedy(ref[:L + 2], len(ref), progress=bar)
+            except AmbiguousLookupError as exc:
+                monitor, got = str(exc), ref[:exc.position + 1]
+    mismatch = _first_mismatch(ref, got) if monitor is None else len(got)
+    final = list(sim.final.tape)
+    report: dict[str, Any] = {
+        "machine": tm.name, "match": mismatch is None, "steps": sim.steps, "trace_tokens": len(ref),
+        "program_ops": tp.stats.size, "attention_layers": tp.stats.attention_layers,
+        "heads_per_layer": list(tp.stats.heads_per_layer), "ngram": n, "premise_ngram": premise_n,
+        "mode": args.mode, "final_tape": final, "first_mismatch": mismatch, "monitor": monitor,
+        "tape_cells": L, "halt_state": sim.final.state,
+    }
+    if res.task is not None:
+        report["answer"] = res.task.decode(final)
+        report["expected"] = res.task.expected(args.input)
+    lines = []
+    if args.show_trace:
+        got_cfgs, ref_cfgs = split_configs(got, vocab), split_configs(ref, vocab)
+        for t, cfg in enumerate(got_cfgs):
+            mark = " " if t < len(ref_cfgs) and cfg == ref_cfgs[t] else "!"
+            lines.append(f"{mark} c_{t:<4} " + " ".join(vocab.render(x) for x in cfg))
+    return report, lines
+
+
+def _text(report: dict[str, Any]) -> str:
+    heads = "/".join(map(str, report["heads_per_layer"]))
+    match = "yes" if report["match"] else f"NO (first mismatch at trace token {report['first_mismatch']})"
+    rows = [
+        ("machine", f"{report['machine']}, tape of {report['tape_cells']} cells"),
+        ("steps", f"{report['steps']} (halted in state {report['halt_state']!r})"),
+        ("trace tokens", f"{report['trace_tokens']} (period {report['tape_cells'] + 1})"),
+        ("program", f"ngram={report['ngram']} (premise needs {report['premise_ngram']}), "
+                    f"{report['program_ops']} ops, {report['attention_layers']} attention layers, "
+                    f"heads per layer {heads}"),
+        ("mode", report["mode"]),
+        ("match", match),
+        ("final tape", " ".join(report["final_tape"])),
+    ]
+    if "answer" in report:
+        ok = "correct" if report["answer"] == report["expected"] else "WRONG"
+        rows.append(("answer", f"{report['answer']} (Python: {report['expected']}, {ok})"))
+    return "\n".join(f"{k + ':':<14}{v}" for k, v in rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit status (0 match, 1 mismatch, 2 bad input)."""
+    args = _parser().parse_args(argv)
+    if hasattr(sys, "set_int_max_str_digits"):
+        sys.set_int_max_str_digits(0)
+    try:
+        report, lines = run(args)
+    except RASPError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        if args.show_trace:
+            report["trace"] = lines
+        print(json.dumps(report))
+    else:
+        if lines:
+            print("\n".join(lines))
+        print(_text(report))
+    if report["monitor"]:
+        print(f"monitor: {report['monitor']}", file=sys.stderr)
+    ok = report["match"] and report.get("answer") == report.get("expected")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
