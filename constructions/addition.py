@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from lengthgen.basis import MatrixBuilder, NamedBasis
-from lengthgen.decode import greedy_generate
+from lengthgen.decode import greedy_generate, greedy_generate_batch
 from lengthgen.model import Annotations, Transformer, TransformerConfig
 from lengthgen.positions import coupled_addition_ids
 from lengthgen.tasks import ADDITION
@@ -220,7 +220,7 @@ def build_model(
     )
     W = weight_entries(d_model, M, n_positions)
     annotations = Annotations(
-        residual=residual_basis(d_model).labels, head_dims=[head_basis(P).labels] * 2, mlp=mlp_basis().labels,
+        residual=residual_basis(d_model).labels, head_dims=[head_basis(P).labels] * 2, head_names=list(HEAD_NAMES), mlp=mlp_basis().labels,
         vocab=list(ADDITION.vocab), notes=NOTES,
         title=f"Theorem 5.1 addition transformer (Cho et al. 2024): d={d_model}, P={P}, M={M:.4g}",
     )
@@ -237,7 +237,7 @@ def build_model(
         model.blocks[0].mlp.W_in.copy_(W["W_in"].tensor(dtype))
         model.blocks[0].mlp.W_out.copy_(W["W_out"].tensor(dtype))
         model.unembed.W_U.copy_(W["W_U"].tensor(dtype))
-    model.eval()
+    model.eval().requires_grad_(False)
     meta = {
         "name": "Theorem 5.1 (Position Coupling): 1-layer 2-head addition transformer",
         "author": "lengthgen (construction after Cho et al., NeurIPS 2024)",
@@ -273,11 +273,36 @@ def add(model: Transformer, a: int | str, b: int | str, progress: bool = False) 
         model, inst.tokens[: inst.prompt_len], inst.pos_ids[: inst.prompt_len],
         new_pos_ids=inst.pos_ids[inst.prompt_len :], stop_token=ADDITION.EOS, progress=progress,
     )
-    if out[-1] == ADDITION.EOS:
-        out = out[:-1]
-    if not out or any(t > 9 for t in out):
-        raise ArithmeticError(f"the model produced a non-digit answer: {ADDITION.decode(out)!r}")
-    return int(digits_to_str(np.array(out[::-1], dtype=np.uint8)))
+    return _answer_to_int(out)
+
+
+def add_many(model: Transformer, pairs: list[tuple[int, int]]) -> list[int]:
+    """``add`` for many pairs at once (batched greedy decoding; pairs are grouped by length n)."""
+    by_length: dict[int, list[int]] = {}
+    instances = [ADDITION.instance(str(a), str(b), start=START_ID) for a, b in pairs]
+    for idx, inst in enumerate(instances):
+        by_length.setdefault(inst.n, []).append(idx)
+    results: list[int] = [0] * len(pairs)
+    for n, idxs in by_length.items():
+        check_operands(model, n)
+        group = [instances[i] for i in idxs]
+        p = group[0].prompt_len
+        rows = greedy_generate_batch(
+            model, torch.tensor(np.stack([g.tokens[:p] for g in group])), torch.tensor(np.stack([g.pos_ids[:p] for g in group])),
+            torch.tensor(np.stack([g.pos_ids[p:] for g in group])), stop_token=ADDITION.EOS,
+        )
+        for i, row in zip(idxs, rows):
+            results[i] = _answer_to_int(row)
+    return results
+
+
+def _answer_to_int(tokens: list[int]) -> int:
+    """Reversed answer digits (c_0 first, optional final '$') -> int; refuses non-digits."""
+    if tokens and tokens[-1] == ADDITION.EOS:
+        tokens = tokens[:-1]
+    if not tokens or any(t > 9 for t in tokens):
+        raise ArithmeticError(f"the model produced a non-digit answer: {ADDITION.decode(tokens)!r}")
+    return int(digits_to_str(np.array(tokens[::-1], dtype=np.uint8)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -287,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 __all__ = [
-    "CapacityError", "add", "build_model", "d_model_for", "hypercube_code", "max_digits_for",
+    "CapacityError", "add", "add_many", "build_model", "d_model_for", "hypercube_code", "max_digits_for",
     "position_dims", "required_sharpness", "weight_entries", "coupled_addition_ids", "digits_of",
 ]
 

@@ -76,8 +76,10 @@ class MatrixBuilder:
 
     def tensor(self, dtype: torch.dtype = torch.float64) -> torch.Tensor:
         out = torch.zeros(len(self.rows), len(self.cols), dtype=dtype)
-        for (r, c), value in self.entries.items():
-            out[r, c] = float(value)
+        if self.entries:  # one vectorized write: per-entry assignment took ~40 s for 10^5 position IDs
+            index = torch.tensor(list(self.entries), dtype=torch.long)
+            values = torch.tensor([float(v) for v in self.entries.values()], dtype=torch.float64)
+            out[index[:, 0], index[:, 1]] = values.to(dtype)
         return out
 
 

@@ -16,12 +16,12 @@ from .model import KVCache, Transformer
 
 
 def _as_tensor(x: Sequence[int] | torch.Tensor | None, device: torch.device) -> torch.Tensor | None:
+    """A sequence as a ``[1, T]`` long tensor on ``device``."""
     if x is None:
         return None
     return torch.as_tensor(x, dtype=torch.long, device=device).reshape(1, -1)
 
 
-@torch.inference_mode()
 def greedy_generate(
     model: Transformer,
     prompt: Sequence[int] | torch.Tensor,
@@ -31,26 +31,47 @@ def greedy_generate(
     stop_token: int | None = None,
     progress: bool = False,
 ) -> list[int]:
-    """Greedy decoding: argmax of the last position's logits, appended, repeated.
+    """Greedy decoding of one prompt: argmax of the last position's logits, appended, repeated.
 
     ``new_pos_ids[i]`` is the position ID given to the i-th generated token when it is fed back
     (default: consecutive IDs after the prompt). Stops after ``stop_token`` (included in the output)
-    or after ``max_new_tokens`` (default ``len(new_pos_ids)``).
+    or after ``max_new_tokens`` (default ``len(new_pos_ids) + 1``).
     """
+    as_row = lambda x: None if x is None else torch.as_tensor(x, dtype=torch.long).reshape(1, -1)
+    return greedy_generate_batch(
+        model, as_row(prompt), as_row(prompt_pos_ids), as_row(new_pos_ids), max_new_tokens, stop_token, progress
+    )[0]
+
+
+@torch.inference_mode()
+def greedy_generate_batch(
+    model: Transformer,
+    prompts: torch.Tensor,
+    prompt_pos_ids: torch.Tensor | None = None,
+    new_pos_ids: torch.Tensor | None = None,
+    max_new_tokens: int | None = None,
+    stop_token: int | None = None,
+    progress: bool = False,
+) -> list[list[int]]:
+    """Greedy decoding of a batch of equal-length prompts ``[B, T]`` with a shared KV cache.
+
+    Rows that emit ``stop_token`` keep being fed (their later tokens are discarded) until every row
+    has stopped, so each row's output equals what :func:`greedy_generate` gives for it alone."""
     device = model.device
-    prompt_t = _as_tensor(prompt, device)
-    prompt_pos = _as_tensor(prompt_pos_ids, device)
-    new_pos = _as_tensor(new_pos_ids, device)
+    prompts = prompts.to(device)
+    batch, length = prompts.shape
     if max_new_tokens is None:
-        if new_pos is None:
+        if new_pos_ids is None:
             raise ValueError("give max_new_tokens or new_pos_ids")
-        max_new_tokens = new_pos.shape[1] + 1
-    if new_pos is None:
-        start = prompt_t.shape[1]
-        new_pos = torch.arange(start, start + max_new_tokens, device=device).reshape(1, -1)
+        max_new_tokens = new_pos_ids.shape[1] + 1
+    if new_pos_ids is None:
+        new_pos_ids = torch.arange(length, length + max_new_tokens).expand(batch, -1)
+    new_pos_ids = new_pos_ids.to(device)
+    prompt_pos_ids = None if prompt_pos_ids is None else prompt_pos_ids.to(device)
     cache = KVCache()
-    logits = model(prompt_t, prompt_pos, cache=cache, logits_from=prompt_t.shape[1] - 1)
-    out: list[int] = []
+    logits = model(prompts, prompt_pos_ids, cache=cache, logits_from=length - 1)
+    generated: list[torch.Tensor] = []
+    stopped = torch.zeros(batch, dtype=torch.bool, device=device)
     bar = None
     if progress:
         from tqdm import tqdm
@@ -58,21 +79,24 @@ def greedy_generate(
         bar = tqdm(total=max_new_tokens, desc="greedy decoding", unit="tok", file=sys.stderr, leave=False)
     try:
         for step in range(max_new_tokens):
-            token = int(logits[0, -1].argmax())
-            out.append(token)
+            token = logits[:, -1].argmax(dim=-1)
+            generated.append(token)
             if bar is not None:
                 bar.update(1)
-            if token == stop_token or step + 1 == max_new_tokens:
+            if stop_token is not None:
+                stopped |= token == stop_token
+            if bool(stopped.all()) or step + 1 == max_new_tokens:
                 break
-            if step >= new_pos.shape[1]:
+            if step >= new_pos_ids.shape[1]:
                 raise ValueError(f"no position ID given for generated token {step + 1}")
-            logits = model(
-                torch.tensor([[token]], device=device), new_pos[:, step : step + 1], cache=cache
-            )
+            logits = model(token[:, None], new_pos_ids[:, step : step + 1], cache=cache)
     finally:
         if bar is not None:
             bar.close()
-    return out
+    rows = torch.stack(generated, dim=1).tolist()
+    if stop_token is not None:
+        rows = [row[: row.index(stop_token) + 1] if stop_token in row else row for row in rows]
+    return rows
 
 
 @torch.inference_mode()

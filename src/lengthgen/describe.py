@@ -71,7 +71,8 @@ def describe_model(model: Transformer, max_entries: int = 40) -> str:
         if name.endswith(("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V")):
             for h in range(param.shape[0]):
                 rows, cols = _axis_labels(model, name, h, tuple(param.shape[1:]))
-                out.append(f"    head {h}:")
+                role = f" ({a.head_names[h]})" if a.head_names and h < len(a.head_names) else ""
+                out.append(f"    head {h}{role}:")
                 out += _entries(param[h].detach(), rows, cols, max_entries)
         else:
             rows, cols = _axis_labels(model, name, None, tuple(param.shape))

@@ -89,11 +89,12 @@ class Annotations:
     """Names for a model's axes and meanings for its weights (tracr's ``residual_labels`` idea).
 
     ``residual``: one label per residual dimension; ``head_dims``: per head, one label per d_head
-    dimension; ``mlp``: one label per hidden unit; ``vocab``: the token strings; ``notes``: for a
+    dimension; ``head_names``: what each head does; ``mlp``: one label per hidden unit; ``vocab``: the token strings; ``notes``: for a
     parameter name, what the matrix does (in the words of the theorem it implements)."""
 
     residual: list[str] | None = None
     head_dims: list[list[str]] | None = None
+    head_names: list[str] | None = None
     mlp: list[str] | None = None
     vocab: list[str] | None = None
     notes: dict[str, str] = field(default_factory=dict)
@@ -126,17 +127,16 @@ class Attention(nn.Module):
         return torch.einsum("bpd,hde->bhpe", x, W) + b[None, :, None, :]
 
     def forward(
-        self, x_q: torch.Tensor, x_kv: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None,
+        self, x_q: torch.Tensor, x_kv: torch.Tensor, cache: "KVCache | None", layer: int,
         acts: dict | None, prefix: str,
-    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-        """``x_q`` holds the residual at the query positions (the last ones of ``x_kv``); ``past``
-        holds the keys/values of earlier positions (KV cache). Returns output and new (k, v)."""
+    ) -> torch.Tensor:
+        """``x_q`` holds the residual at the query positions (the last ones of ``x_kv``); with a
+        ``cache``, the keys/values of earlier positions are read from it and the new ones added."""
         q = self._project(x_q, self.W_Q, self.b_Q)
         k = self._project(x_kv, self.W_K, self.b_K)
         v = self._project(x_kv, self.W_V, self.b_V)
-        new_kv = (k, v)
-        if past is not None:
-            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+        if cache is not None:
+            k, v = cache.append(layer, k, v)
         windows = self.cfg.attn_windows or [None] * self.cfg.n_heads
         dense = acts is not None or q.shape[-2] * k.shape[-2] <= DENSE_ENTRIES_LIMIT
         z = q.new_empty(*q.shape[:-1], v.shape[-1])
@@ -156,8 +156,7 @@ class Attention(nn.Module):
             acts[f"{prefix}.attn.hook_attn_scores"] = scores_all
             acts[f"{prefix}.attn.hook_pattern"] = pattern_all
             acts[f"{prefix}.attn.hook_z"] = z.transpose(1, 2)
-        out = torch.einsum("bhpe,hed->bpd", z, self.W_O) + self.b_O
-        return out, new_kv
+        return torch.einsum("bhpe,hed->bpd", z, self.W_O) + self.b_O
 
 
 def _window_groups(windows: list[int | None]) -> list[tuple[list[int], int | None]]:
@@ -195,10 +194,12 @@ class Block(nn.Module):
         self.ln2 = LayerNorm(cfg.d_model, cfg.torch_dtype) if norm else nn.Identity()
         self.mlp = MLP(cfg) if cfg.d_mlp > 0 else None
 
-    def forward(self, x: torch.Tensor, q_from: int, past, acts: dict | None, prefix: str):
+    def forward(
+        self, x: torch.Tensor, q_from: int, cache: KVCache | None, layer: int, acts: dict | None, prefix: str
+    ) -> torch.Tensor:
         """Pre-LN residual block; only positions ``q_from:`` are computed (the rest are keys)."""
         normed = self.ln1(x)
-        attn_out, new_kv = self.attn(normed[:, q_from:], normed, past, acts, prefix)
+        attn_out = self.attn(normed[:, q_from:], normed, cache, layer, acts, prefix)
         resid_mid = x[:, q_from:] + attn_out
         mlp_out = self.mlp(self.ln2(resid_mid), acts, prefix) if self.mlp is not None else torch.zeros_like(resid_mid)
         resid_post = resid_mid + mlp_out
@@ -206,25 +207,41 @@ class Block(nn.Module):
             acts.update({f"{prefix}.hook_resid_pre": x, f"{prefix}.hook_attn_out": attn_out,
                          f"{prefix}.hook_resid_mid": resid_mid, f"{prefix}.hook_mlp_out": mlp_out,
                          f"{prefix}.hook_resid_post": resid_post})
-        return resid_post, new_kv
+        return resid_post
 
 
 class KVCache:
-    """Keys and values of every layer for the positions decoded so far (greedy decoding)."""
+    """Keys and values of every layer for the positions seen so far (greedy decoding).
+
+    Buffers grow by doubling, so appending one token costs O(1) amortized copies instead of
+    re-concatenating the whole cache (which would make decoding N tokens cost O(N²) copies)."""
 
     def __init__(self) -> None:
-        self.layers: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._k: list[torch.Tensor] = []
+        self._v: list[torch.Tensor] = []
+        self._len: list[int] = []
 
     @property
     def length(self) -> int:
-        return 0 if not self.layers else self.layers[0][0].shape[2]
+        return self._len[0] if self._len else 0
 
-    def extend(self, layer: int, kv: tuple[torch.Tensor, torch.Tensor]) -> None:
-        if layer == len(self.layers):
-            self.layers.append(kv)
-        else:
-            k, v = self.layers[layer]
-            self.layers[layer] = (torch.cat([k, kv[0]], dim=2), torch.cat([v, kv[1]], dim=2))
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store ``k``/``v`` ``[B, H, T, E]`` after the layer's earlier entries; return all of them."""
+        if layer == len(self._k):
+            cap = max(16, 2 * k.shape[2])
+            self._k.append(k.new_empty(*k.shape[:2], cap, k.shape[3]))
+            self._v.append(v.new_empty(*v.shape[:2], cap, v.shape[3]))
+            self._len.append(0)
+        old, new = self._len[layer], self._len[layer] + k.shape[2]
+        if new > self._k[layer].shape[2]:
+            for buf in (self._k, self._v):
+                grown = buf[layer].new_empty(*buf[layer].shape[:2], 2 * new, buf[layer].shape[3])
+                grown[:, :, :old] = buf[layer][:, :, :old]
+                buf[layer] = grown
+        self._k[layer][:, :, old:new] = k
+        self._v[layer][:, :, old:new] = v
+        self._len[layer] = new
+        return self._k[layer][:, :, :new], self._v[layer][:, :, :new]
 
 
 class Transformer(nn.Module):
@@ -292,10 +309,7 @@ class Transformer(nn.Module):
             acts["hook_embed"] = self.embed.W_E[tokens]
         for layer, block in enumerate(self.blocks):
             q_from = logits_from if layer == len(self.blocks) - 1 else 0
-            past = None if cache is None or layer >= len(cache.layers) else cache.layers[layer]
-            x, new_kv = block(x, q_from, past, acts, f"blocks.{layer}")
-            if cache is not None:
-                cache.extend(layer, new_kv)
+            x = block(x, q_from, cache, layer, acts, f"blocks.{layer}")
         logits = self.ln_final(x) @ self.unembed.W_U + self.unembed.b_U
         return (logits, acts) if return_cache else logits
 

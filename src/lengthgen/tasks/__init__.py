@@ -3,12 +3,23 @@
 Every task object has ``name``, ``vocab`` (token strings; a token's id is its index), ``encode``,
 ``decode``, and ``next_token(prompt_text)``, the exact correct next token computed from integer
 arithmetic or string operations, never from a model.
+
+Registered tasks: ``addition`` (theorem-5-1-addition.md §1.1), ``multiplication_nx1`` and
+``multiplication_nx2`` (authors-training-setup.md §1.5), ``copy`` and ``reverse`` (§1.4).
 """
 from __future__ import annotations
 
 from .addition import ADDITION, AdditionTask, Vocabulary
+from .copying import COPY, REVERSE, CopyTask
+from .multiplication import MULTIPLICATION_NX1, MULTIPLICATION_NX2, MultiplicationTask
 
-TASKS = {"addition": ADDITION}
+TASKS = {
+    "addition": ADDITION,
+    "multiplication_nx1": MULTIPLICATION_NX1,
+    "multiplication_nx2": MULTIPLICATION_NX2,
+    "copy": COPY,
+    "reverse": REVERSE,
+}
 
 
 def get_task(name: str):
@@ -19,4 +30,7 @@ def get_task(name: str):
         raise ValueError(f"unknown task {name!r}; choose one of {', '.join(sorted(TASKS))}") from None
 
 
-__all__ = ["ADDITION", "AdditionTask", "TASKS", "Vocabulary", "get_task"]
+__all__ = [
+    "ADDITION", "AdditionTask", "COPY", "CopyTask", "MULTIPLICATION_NX1", "MULTIPLICATION_NX2",
+    "MultiplicationTask", "REVERSE", "TASKS", "Vocabulary", "get_task",
+]

@@ -1,0 +1,194 @@
+"""Command line for Theorem 5.1's construction: ``python -m constructions.addition``.
+
+Builds the model, adds two numbers *with the transformer*, and checks the result against exact
+integer arithmetic. Exit status: 0 exactly right, 1 wrong (the first wrong answer position is
+printed), 2 bad input.
+
+Modes: ``teacher`` runs one forward pass over prompt + true answer and checks the argmax at every
+answer position; by induction over decoding steps this is equivalent to greedy exact match (if
+every prediction is right given a right prefix, greedy decoding never leaves the right prefix).
+``greedy`` really decodes token by token with a key/value cache.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+EPILOG = """examples:
+  python -m constructions.addition --digits 100000
+  python -m constructions.addition --a 653 --b 49 --mode greedy
+  python -m constructions.addition --a @a.txt --b @b.txt --output sum.txt --json
+exit status: 0 the model's sum is exactly right, 1 it is wrong, 2 bad input"""
+
+
+class UsageError(Exception):
+    """Bad input: reported as one line on stderr, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2, no usage dump
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="python -m constructions.addition",
+        description="Theorem 5.1 (Cho et al. 2024, Position Coupling): build the 1-layer 2-head addition "
+        "transformer, add two numbers with it, and check the sum against exact integer arithmetic.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    src = p.add_argument_group("operands (either --digits, or --a and --b)")
+    src.add_argument("--digits", type=int, help="add two random numbers with this many digits (leading digit non-zero)")
+    src.add_argument("--seed", type=int, default=0, help="random seed for --digits (default 0)")
+    src.add_argument("--a", help="first operand: decimal digits, or @PATH to a file of digits")
+    src.add_argument("--b", help="second operand: decimal digits, or @PATH to a file of digits")
+    p.add_argument("--d-model", type=int, help="embedding dimension d >= 21 (default: the smallest that fits)")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="default auto: cuda when available")
+    p.add_argument("--dtype", default="float32", help="float32 (default) or float64")
+    p.add_argument("--mode", default="teacher", choices=["teacher", "greedy"],
+                   help="teacher: one forward pass checking every answer token (default); greedy: decode with a KV cache")
+    p.add_argument("--output", type=Path, help="write the model's sum (decimal digits) to this file")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def read_operand(value: str, name: str) -> np.ndarray:
+    from lengthgen.tasks.addition import digits_of
+
+    if value.startswith("@"):
+        path = Path(value[1:])
+        try:
+            value = path.read_text(encoding="ascii", errors="replace")
+        except OSError as exc:
+            raise UsageError(f"cannot read --{name} file {path}: {exc.strerror or exc}") from None
+        value = "".join(value.split())  # allow line breaks in digit files
+    try:
+        return digits_of(value, f"--{name}")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def random_operand(rng: np.random.Generator, n: int) -> np.ndarray:
+    digits = rng.integers(0, 10, size=n, dtype=np.uint8)
+    digits[0] = rng.integers(1, 10) if n > 1 else digits[0]
+    return digits
+
+
+def resolve_device(name: str) -> str:
+    import torch
+
+    if name == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: CUDA is not available on this machine (use --device cpu or auto)")
+    return ("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name
+
+
+def operands_from(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray]:
+    if args.digits is not None:
+        if args.a is not None or args.b is not None:
+            raise UsageError("give either --digits or --a/--b, not both")
+        if args.digits < 1:
+            raise UsageError(f"--digits must be at least 1, got {args.digits}")
+        rng = np.random.default_rng(args.seed)
+        return random_operand(rng, args.digits), random_operand(rng, args.digits)
+    if args.a is None or args.b is None:
+        raise UsageError("give --digits N, or both --a and --b")
+    return read_operand(args.a, "a"), read_operand(args.b, "b")
+
+
+def run(args: argparse.Namespace) -> dict:
+    import torch
+
+    from lengthgen.decode import greedy_generate, teacher_forced_argmax
+    from lengthgen.tasks import ADDITION
+
+    from .addition import CapacityError, START_ID, build_model
+
+    if args.dtype not in ("float32", "float64"):
+        raise UsageError(f"unknown --dtype {args.dtype!r}; choose float32 or float64")
+    a, b = operands_from(args)
+    device = resolve_device(args.device)
+    n = max(len(a), len(b))
+    try:
+        model, meta = build_model(n_digits=n, d_model=args.d_model, dtype=args.dtype, device=device)
+    except CapacityError as exc:
+        raise UsageError(str(exc)) from None
+    inst = ADDITION.instance(a, b, start=START_ID)
+    expected = inst.answer_tokens
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    peak_before = _rss_peak_bytes()
+    start = time.perf_counter()
+    if args.mode == "teacher":
+        pred = teacher_forced_argmax(model, inst.tokens, inst.pos_ids, first=inst.prompt_len - 1).cpu().numpy()
+    else:
+        pred = np.array(greedy_generate(
+            model, inst.tokens[: inst.prompt_len], inst.pos_ids[: inst.prompt_len],
+            new_pos_ids=inst.pos_ids[inst.prompt_len :], stop_token=ADDITION.EOS,
+            progress=not args.no_progress and not args.json and sys.stderr.isatty(),
+        ))
+    if device == "cuda":
+        torch.cuda.synchronize()
+    seconds = time.perf_counter() - start
+    peak = torch.cuda.max_memory_allocated() if device == "cuda" else max(_rss_peak_bytes(), peak_before)
+    length = min(len(pred), len(expected))
+    mismatch = np.nonzero(pred[:length] != expected[:length])[0]
+    first_wrong = int(mismatch[0]) if len(mismatch) else (None if len(pred) == len(expected) else length)
+    return {
+        "digits": n, "correct": first_wrong is None, "n_tokens": int(len(inst.tokens)), "d_model": meta["d_model"],
+        "heads": model.cfg.n_heads, "device": device, "dtype": args.dtype, "mode": args.mode,
+        "seconds": round(seconds, 3), "peak_memory_bytes": int(peak), "first_wrong_position": first_wrong,
+        "M": meta["M"], "leak_bound": meta["leak_bound"], "_pred": pred,
+    }
+
+
+def _rss_peak_bytes() -> int:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+
+
+def model_sum_digits(pred: np.ndarray) -> str:
+    """The answer tokens c_0..c_n (reversed sum) as a decimal string, most significant first."""
+    digits = [int(t) for t in pred if t <= 9]
+    text = "".join(map(str, digits[::-1])).lstrip("0")
+    return text or "0"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        result = run(args)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    pred = result.pop("_pred")
+    if args.output is not None:
+        try:
+            args.output.write_text(model_sum_digits(pred) + "\n")
+        except OSError as exc:
+            print(f"error: cannot write --output {args.output}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+    if args.json:
+        print(json.dumps(result))
+    else:
+        verdict = "EXACT" if result["correct"] else f"WRONG at answer position {result['first_wrong_position']}"
+        print(
+            f"{verdict}: {result['digits']}-digit addition, {result['n_tokens']} tokens, d_model={result['d_model']}, "
+            f"{result['heads']} heads, {result['device']}/{result['dtype']}, mode={result['mode']}, "
+            f"{result['seconds']:.2f} s, peak memory {result['peak_memory_bytes'] / 2**20:.0f} MiB, "
+            f"M={result['M']:.3f} (softmax leak <= {result['leak_bound']:.1e})"
+        )
+        if not result["correct"]:
+            print("answer positions count from c_0 (the ones digit); the last position is the final '$'")
+    return 0 if result["correct"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

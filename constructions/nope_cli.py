@@ -1,0 +1,209 @@
+"""Command line for the Proposition 5.2 counterexample search: ``python -m constructions.nope``.
+
+Builds or loads a model, searches for two prompts that are permutations of each other, end in the
+same token and have different correct next tokens, on which the model's logits are identical (up to
+float rounding) and its answer wrong, and prints the pair (theorem-5-1-addition.md §5).
+
+Exit status: 0 a verified counterexample is printed; 3 no counterexample, the model distinguishes
+every pair tried (every pair, in exhaustive mode); 2 bad input (one line on stderr); 1 an
+unexpected internal error (one line on stderr).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import textwrap
+from typing import Any, Callable
+
+from constructions.nope_certificate import (
+    EXIT_BAD_INPUT, EXIT_COUNTEREXAMPLE, EXIT_DISTINGUISHED, INVARIANCE, BadInput, Comparison, SearchReport,
+    coupled_pos_ids, resolve_task,
+)
+
+EPILOG = f"""examples:
+  python -m constructions.nope --task addition --digits 3
+  python -m constructions.nope --task reverse --digits 4 --layernorm --act gelu --seed 7 --json
+  python -m constructions.nope --task addition --digits 3 --layers 2        # exit 3: distinguished
+  python -m constructions.nope --task addition --digits 3 --model construction   # Theorem 5.1, coupled IDs
+  python -m constructions.nope --task copy --digits 5 --model run/model.safetensors
+
+tasks: addition ($653+049=), multiplication_nx1 ($653*7=), multiplication_nx2 ($653*07=), copy and
+reverse ($3141=); --digits is the operand length (the first operand's for multiplication).
+A pair counts only if max|logits_A - logits_B| <= rtol x max|logits| (rtol 1e-5 for float32 logits,
+1e-12 for float64) and the model's argmax is wrong on at least one prompt.
+
+exit status: {EXIT_COUNTEREXAMPLE} a verified counterexample is printed; {EXIT_DISTINGUISHED} no counterexample (the model
+distinguishes every pair tried); {EXIT_BAD_INPUT} bad input; 1 internal error"""
+
+
+class UsageError(Exception):
+    """Bad input: reported as one line on stderr, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2, no usage dump
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from lengthgen.tasks import TASKS
+
+    p = _Parser(
+        prog="python -m constructions.nope",
+        description="Proposition 5.2 (Cho et al. 2024, Position Coupling): a 1-layer transformer without "
+        "positional information cannot tell a prompt from a permutation of it that ends in the same token. "
+        "Find such a pair with different correct answers on which a model is wrong, and check it.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--task", default="addition", choices=sorted(TASKS), help="task (default addition)")
+    p.add_argument("--digits", type=int, default=3, help="operand length n (default 3; n >= 2, N×2 allows 1)")
+    p.add_argument("--model", default="random",
+                   help="'random' (default): a random transformer (options below); 'construction': the Theorem 5.1 "
+                   "addition transformer with coupled position IDs; or PATH to a .safetensors/.npz lengthgen model")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random model and of the search (default 0)")
+    p.add_argument("--budget", type=int, default=20_000,
+                   help="most prompts to evaluate (default 20000); exhaustive when all 10^slots fillings fit")
+    p.add_argument("--rtol", type=float, help="relative tolerance for 'identical logits' (default by logits dtype)")
+    p.add_argument("--positions", default="auto", choices=["auto", "plain", "coupled"],
+                   help="position IDs fed to a model with learned positions: plain 0..T-1, or the task's coupled IDs "
+                   "(default auto: coupled for the construction, plain otherwise)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    r = p.add_argument_group("random model (--model random)")
+    r.add_argument("--layers", type=int, help="number of layers (default 1)")
+    r.add_argument("--d-model", type=int, default=32, help="residual width (default 32)")
+    r.add_argument("--heads", type=int, default=2, help="attention heads (default 2; d_head = d_model / heads)")
+    r.add_argument("--d-mlp", type=int, help="MLP width (default 4 × d_model)")
+    r.add_argument("--act", default="relu", choices=["relu", "gelu"], help="MLP activation (default relu)")
+    r.add_argument("--layernorm", action="store_true", help="pre-LN blocks and a final LayerNorm")
+    r.add_argument("--positional", default="none", choices=["none", "learned"],
+                   help="none (NoPE, default) or learned position embeddings")
+    return p
+
+
+def describe_model(model: Any) -> str:
+    from lengthgen.model import Transformer
+
+    if not isinstance(model, Transformer):
+        return type(model).__name__
+    c = model.cfg
+    pos = "NoPE" if c.positional == "none" else "learned positions"
+    return (f"{c.n_layers}-layer transformer, {pos}, d_model {c.d_model}, {c.n_heads} head(s) × d_head {c.d_head}, "
+            f"d_mlp {c.d_mlp}, {c.act_fn}, {'LayerNorm' if c.normalization else 'no LayerNorm'}, {c.dtype}")
+
+
+def load(args: argparse.Namespace, task: Any) -> tuple[Any, str, Callable | None]:
+    """The model, a description of it, and its ``pos_ids_fn`` (None: the model's own default)."""
+    from lengthgen.init import random_transformer
+
+    random = args.model == "random"
+    if not random and args.layers is not None:
+        raise BadInput("--layers only applies to --model random")
+    if random:
+        layers = 1 if args.layers is None else args.layers
+        if layers < 1 or args.d_model < 1 or args.heads < 1 or (args.d_mlp is not None and args.d_mlp < 0):
+            raise BadInput("--layers, --d-model and --heads must be positive (--d-mlp >= 0)")
+        model = random_transformer(
+            len(task.vocab), n_layers=layers, d_model=args.d_model, n_heads=args.heads, d_mlp=args.d_mlp,
+            positional=args.positional, n_ctx=max(256, 4 * args.digits + 16), act_fn=args.act,
+            normalization="LN" if args.layernorm else None, seed=args.seed,
+        )
+        what = f"random {describe_model(model)} (seed {args.seed})"
+    elif args.model == "construction":
+        if task.name != "addition":
+            raise BadInput(f"the Theorem 5.1 construction adds; it has no {task.name} version (use --task addition)")
+        from constructions.addition import build_model
+
+        model, _ = build_model(n_digits=args.digits)
+        what = f"Theorem 5.1 construction ({describe_model(model)})"
+    else:
+        from lengthgen.weights import WeightFileError, load_model
+
+        try:
+            model = load_model(args.model)
+        except WeightFileError as exc:
+            raise BadInput(str(exc)) from None
+        what = f"{args.model}: {describe_model(model)}"
+    coupled = args.positions == "coupled" or (args.positions == "auto" and args.model == "construction")
+    if args.model == "construction" and args.positions == "plain":
+        raise BadInput("the Theorem 5.1 construction needs coupled position IDs (--positions coupled)")
+    return model, what + (", coupled position IDs" if coupled else ""), coupled_pos_ids(task) if coupled else None
+
+
+def _spaced(text: str) -> str:
+    return " ".join(text)
+
+
+def format_pair(c: Comparison) -> list[str]:
+    """The two prompts aligned, with the correct and the model's next tokens."""
+    a, b = _spaced(c.prompt_a.text), _spaced(c.prompt_b.text)
+    width = max(len(a), len("prompt"))
+    marks = "".join("^" if x != y else " " for x, y in zip(a, b)).rstrip()
+    rows = [f"     {'prompt':<{width}}  correct  model",
+            f"  A  {a:<{width}}  {c.token(c.correct_a)!s:<7}  {c.token(c.predicted_a)}"
+            + ("   (wrong)" if "a" in c.wrong_on else ""),
+            f"  B  {b:<{width}}  {c.token(c.correct_b)!s:<7}  {c.token(c.predicted_b)}"
+            + ("   (wrong)" if "b" in c.wrong_on else ""),
+            f"     {marks}",
+            f"     B rearranges the marked tokens of A; same tokens, same last token {c.prompt_a.text[-1]!r}"]
+    scale = c.tolerance / c.rtol if c.rtol else 0.0
+    rows.append(f"  max |logit_A - logit_B| = {c.max_logit_diff:.3g}   "
+                f"(tolerance {c.tolerance:.3g} = rtol {c.rtol:g} × logit scale {scale:.3g})")
+    return rows
+
+
+def render(report: SearchReport, what: str, verified: bool | None) -> str:
+    head = f"task     : {report.task}, n = {report.n_digits} (prompts {report.template})"
+    mode = "exhaustive" if report.mode == "exhaustive" else "guided random"
+    lines = [head, f"model    : {what}", f"           {report.model_note}",
+             f"search   : {mode}; {report.prompts_evaluated} prompts evaluated, {report.pairs_compared} pairs compared", ""]
+    if report.certificate is not None:
+        c = report.certificate
+        lines = ["Proposition 5.2 counterexample", ""] + lines + format_pair(c)
+        lines += [f"  the model is wrong on: {', '.join(w.upper() for w in c.wrong_on)}",
+                  f"  certificate re-verified from scratch: {'yes' if verified else 'NO'}", ""]
+        lines += textwrap.wrap("why: " + INVARIANCE, 100, subsequent_indent="     ")
+    else:
+        lines = ["No counterexample: " + report.summary().split(": ", 1)[1], ""] + lines
+        if report.closest is not None:
+            lines += ["closest pair (smallest logit difference relative to the tolerance):"] + format_pair(report.closest)
+            lines.append("  the logits differ by more than float rounding, so this pair is no counterexample"
+                         if not report.closest.identical else
+                         "  the logits agree, but the model is right on both prompts")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from constructions.nope import search
+
+    task = resolve_task(args.task)
+    if args.budget < 2:
+        raise BadInput(f"--budget must be at least 2, got {args.budget}")
+    model, what, pos_ids_fn = load(args, task)
+    report = search(model, task, args.digits, args.budget, seed=args.seed, rtol=args.rtol, pos_ids_fn=pos_ids_fn)
+    verified = None if report.certificate is None else report.certificate.verify(model, pos_ids_fn, args.rtol)
+    if args.json:
+        print(json.dumps({**report.to_dict(), "model": what, "verified": verified}, indent=2))
+    else:
+        print(render(report, what, verified))
+    if report.certificate is not None and verified:
+        return EXIT_COUNTEREXAMPLE
+    return EXIT_DISTINGUISHED
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return run(args)
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+    except (UsageError, ValueError) as exc:  # BadInput, WeightFileError, CapacityError are ValueErrors
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except Exception as exc:  # never a traceback
+        print(f"internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,219 @@
+"""Addition batches for training and evaluation, built vectorized with numpy.
+
+Format (theorem-5-1-addition.md §1.1, authors-training-setup.md §1.3): ``$ a + b = reversed(c) $``
+with both operands zero-padded to ``n = max(len a, len b)`` and the sum to ``n + 1`` digits, LSB
+first. A batch mixes lengths: every row is right-padded with ``$`` to ``3·max(n) + 5`` tokens. The
+model is causal, so right padding never changes an earlier position; the loss mask covers the
+answer tokens and the final EOS only (authors' ``tokenize_for_decoder``, design note §1.2).
+
+Position schemes (issue 6, item 1):
+
+* ``coupled`` — learned absolute positions indexed by coupled IDs (Cho et al. 2024 §3;
+  :func:`lengthgen.positions.coupled_addition_ids`): a_i, b_i, c_i share ``s + n − 1 − i``, ``+``/``=``
+  get ``s + n``, ``$`` and padding 0. Training draws ``s`` per sample, uniform on ``2 .. max_id − n``
+  (the authors' random shift, §1.2), evaluation fixes ``s = 2``.
+* ``ape`` — plain learned absolute positions ``0 .. T−1`` (the usual baseline).
+* ``nope`` / ``hard-alibi`` — no position IDs at all (the model ignores them; Hard-ALiBi
+  windows live in the model config, Jelassi et al. 2024).
+
+Operand lengths are sampled as the authors do (§1.3, §5): each operand independently uniform on
+``lo .. hi`` digits; a 1-digit number is uniform on 0–9, longer ones have a non-zero leading digit.
+Evaluation at length n uses two n-digit operands. Carries are propagated without a Python loop
+over digits (:func:`add_digits`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .tasks import ADDITION
+
+SCHEMES = ("coupled", "ape", "nope", "hard-alibi")
+EVAL_START = 2  # the construction's start ID s (constructions/addition.py START_ID)
+DIGIT, PLUS, EQUALS, DOLLAR = 0, ADDITION.PLUS, ADDITION.EQUALS, ADDITION.EOS
+
+
+class DataError(ValueError):
+    """A request the data layer cannot satisfy (unknown scheme, lengths the table cannot hold)."""
+
+
+def check_scheme(scheme: str) -> str:
+    if scheme not in SCHEMES:
+        raise DataError(f"unknown position scheme {scheme!r}; choose one of {', '.join(SCHEMES)}")
+    return scheme
+
+
+def parse_digit_range(text: str) -> tuple[int, int]:
+    """``"1-5"`` → (1, 5); ``"6"`` → (6, 6). Raises :class:`DataError` on anything else."""
+    parts = str(text).strip().split("-")
+    try:
+        if len(parts) == 1:
+            lo = hi = int(parts[0])
+        elif len(parts) == 2:
+            lo, hi = int(parts[0]), int(parts[1])
+        else:
+            raise ValueError
+    except ValueError:
+        raise DataError(f"bad digit range {text!r}; write e.g. 1-5 or 6") from None
+    if lo < 1 or hi < lo:
+        raise DataError(f"bad digit range {text!r}; need 1 <= low <= high")
+    return lo, hi
+
+
+def uses_positions(scheme: str) -> bool:
+    return check_scheme(scheme) in ("coupled", "ape")
+
+
+def table_size(scheme: str, max_digits: int) -> int:
+    """Rows of ``W_pos`` (``n_ctx``) needed to evaluate up to ``max_digits`` digits.
+
+    Coupled at start 2 uses IDs up to ``2 + n`` (design note §1.2); APE uses ``0 .. 3n + 4``;
+    NoPE/Hard-ALiBi need none (1 row, unused)."""
+    check_scheme(scheme)
+    if scheme == "coupled":
+        return EVAL_START + max_digits + 1
+    if scheme == "ape":
+        return 3 * max_digits + 5
+    return 1
+
+
+def table_digits(scheme: str, n_ctx: int) -> int | None:
+    """Longest operands a table of ``n_ctx`` rows can hold (``None``: unlimited)."""
+    check_scheme(scheme)
+    if scheme == "coupled":
+        return n_ctx - 1 - EVAL_START
+    if scheme == "ape":
+        return (n_ctx - 5) // 3
+    return None
+
+
+def check_digits(scheme: str, n_ctx: int, n: int, what: str = "this model") -> None:
+    limit = table_digits(scheme, n_ctx)
+    if limit is not None and n > limit:
+        raise DataError(
+            f"{n}-digit operands do not fit the position table of {what} "
+            f"({scheme}, {n_ctx} position rows: at most {limit} digits)"
+        )
+
+
+@dataclass
+class Batch:
+    """``tokens`` [B, T]; ``pos_ids`` [B, T] or ``None`` (NoPE); ``loss_mask`` [B, T−1] marks the
+    inputs ``tokens[:, :-1]`` whose next token ``tokens[:, 1:]`` is an answer digit or the final EOS;
+    ``n`` [B] operand lengths."""
+
+    tokens: np.ndarray
+    pos_ids: np.ndarray | None
+    loss_mask: np.ndarray
+    n: np.ndarray
+
+    def to_torch(self, device: str | torch.device = "cpu") -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """(tokens, pos_ids, loss_mask) as tensors on ``device``."""
+        tok = torch.from_numpy(self.tokens).to(device)
+        pos = None if self.pos_ids is None else torch.from_numpy(self.pos_ids).to(device)
+        return tok, pos, torch.from_numpy(self.loss_mask).to(device)
+
+
+def sample_numbers(rng: np.random.Generator, lengths: np.ndarray, width: int) -> np.ndarray:
+    """Digits [B, width] LSB first, zero above each row's length; the leading digit of a number
+    with ≥ 2 digits is uniform on 1–9, every other digit on 0–9 (authors' balanced sampling)."""
+    lengths = np.asarray(lengths)
+    digits = rng.integers(0, 10, size=(len(lengths), width), dtype=np.int64)
+    col = np.arange(width)[None, :]
+    lead = rng.integers(1, 10, size=len(lengths), dtype=np.int64)
+    digits = np.where(col < lengths[:, None], digits, 0)
+    rows = np.nonzero(lengths >= 2)[0]
+    digits[rows, lengths[rows] - 1] = lead[rows]
+    return digits
+
+
+def add_digits(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a + b for LSB-first digit arrays [B, W] → [B, W + 1], carries resolved without a loop.
+
+    Column i receives a carry iff the nearest column j < i whose digit sum is not 9 has sum ≥ 10
+    (9s propagate a carry, everything else decides it): a running maximum of indices finds j."""
+    s = a + b
+    B, W = s.shape
+    idx = np.where(s != 9, np.arange(W)[None, :], -1)
+    last = np.maximum.accumulate(idx, axis=1)  # last deciding column at or below i
+    generates = s >= 10
+    carry_out = np.where(last >= 0, np.take_along_axis(generates, np.maximum(last, 0), axis=1), False)
+    carry_in = np.concatenate([np.zeros((B, 1), dtype=bool), carry_out[:, :-1]], axis=1)
+    c = (s + carry_in) % 10
+    return np.concatenate([c, carry_out[:, -1:].astype(np.int64)], axis=1)
+
+
+def layout(a: np.ndarray, b: np.ndarray, n: np.ndarray, scheme: str, start: np.ndarray | int = EVAL_START) -> Batch:
+    """Lay out rows ``$ a + b = c $`` (operands LSB-first digit arrays [B, W], lengths ``n``) with
+    the position IDs of ``scheme``; ``start`` is the coupled start ID s per row (or one for all)."""
+    check_scheme(scheme)
+    n = np.asarray(n, dtype=np.int64)
+    B = len(n)
+    c = add_digits(a, b)
+    T = 3 * int(n.max()) + 5
+    t = np.arange(T)[None, :]
+    nn = n[:, None]
+    in_a = (t >= 1) & (t <= nn)
+    in_b = (t >= nn + 2) & (t <= 2 * nn + 1)
+    in_c = (t >= 2 * nn + 3) & (t <= 3 * nn + 3)
+    sig = np.where(in_a, nn - t, np.where(in_b, 2 * nn + 1 - t, np.where(in_c, t - 2 * nn - 3, 0)))
+    W = c.shape[1]
+    sig_c = np.clip(sig, 0, W - 1)
+    gather = lambda arr: np.take_along_axis(np.pad(arr, ((0, 0), (0, W - arr.shape[1]))), sig_c, axis=1)
+    tokens = np.full((B, T), DOLLAR, dtype=np.int64)
+    tokens = np.where(in_a, gather(a), tokens)
+    tokens = np.where(in_b, gather(b), tokens)
+    tokens = np.where(in_c, gather(c), tokens)
+    sep = (t == nn + 1) | (t == 2 * nn + 2)
+    tokens = np.where(t == nn + 1, PLUS, np.where(t == 2 * nn + 2, EQUALS, tokens))
+    if scheme == "coupled":
+        s = np.broadcast_to(np.asarray(start, dtype=np.int64), (B,))[:, None]
+        digit = in_a | in_b | in_c
+        pos = np.where(digit, s + nn - 1 - sig, np.where(sep, s + nn, 0)).astype(np.int64)
+    elif scheme == "ape":
+        pos = np.where(t <= 3 * nn + 4, t, 0).astype(np.int64)
+    else:
+        pos = None
+    ti = t[:, :-1]
+    mask = (ti >= 2 * nn + 2) & (ti <= 3 * nn + 3)
+    return Batch(tokens=tokens, pos_ids=pos, loss_mask=mask, n=n)
+
+
+def training_batch(
+    rng: np.random.Generator, batch_size: int, lo: int, hi: int, scheme: str, n_ctx: int
+) -> Batch:
+    """A fresh training batch: operand lengths independently uniform on ``lo..hi``; coupled rows get
+    a random start ``s ~ U{2 .. max_id − n}`` so every row of the position table is trained."""
+    check_scheme(scheme)
+    check_digits(scheme, n_ctx, hi, "the model being trained")
+    la = rng.integers(lo, hi + 1, size=batch_size)
+    lb = rng.integers(lo, hi + 1, size=batch_size)
+    a, b = sample_numbers(rng, la, hi), sample_numbers(rng, lb, hi)
+    n = np.maximum(la, lb)
+    start: np.ndarray | int = EVAL_START
+    if scheme == "coupled":
+        start = rng.integers(EVAL_START, (n_ctx - 1) - n + 1)
+    return layout(a, b, n, scheme, start)
+
+
+def eval_batch(rng: np.random.Generator, batch_size: int, n: int, scheme: str) -> Batch:
+    """Two n-digit operands per row (paper's test sets), coupled start fixed at ``s = 2``."""
+    lengths = np.full(batch_size, n, dtype=np.int64)
+    a, b = sample_numbers(rng, lengths, n), sample_numbers(rng, lengths, n)
+    return layout(a, b, lengths, scheme, EVAL_START)
+
+
+def batch_from_operands(pairs: list[tuple[int, int]], scheme: str, start: int = EVAL_START) -> Batch:
+    """A batch from explicit ``(a, b)`` pairs (tests, figures)."""
+    strs = [(str(a), str(b)) for a, b in pairs]
+    n = np.array([max(len(x), len(y)) for x, y in strs], dtype=np.int64)
+    W = int(n.max())
+    def digits(s: str) -> np.ndarray:
+        d = np.zeros(W, dtype=np.int64)
+        d[: len(s)] = np.frombuffer(s[::-1].encode(), dtype=np.uint8) - 48
+        return d
+    a = np.stack([digits(x) for x, _ in strs])
+    b = np.stack([digits(y) for _, y in strs])
+    return layout(a, b, n, scheme, start)

@@ -1,0 +1,271 @@
+"""Figures of issue 6: attention maps (construction vs trained) and length generalization.
+
+    python -m lengthgen.plot attention --construction addition --checkpoint runs/NAME --digits 6 \\
+        --samples 1000 --out figures/attention_addition.png
+    python -m lengthgen.plot length --checkpoint coupled=runs/A --checkpoint ape=runs/B \\
+        --checkpoint nope=runs/C --construction addition --digits 1-15 --out figures/length_generalization.png
+    python -m lengthgen.plot all [--force]      # every figure from the committed checkpoints/
+
+Each figure is written as PNG and PDF (same stem). Existing outputs are never overwritten without
+``--force``. Plot conventions: authors-training-setup.md §4 (attention) and the paper's Figure 1
+(exact match vs operand length, trained range shaded).
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from .data import DataError, parse_digit_range
+from .evaluate import DEFAULT_SEED, evaluate, load_for_eval, mean_attention
+from .plot_attention import match_heads, attention_figure
+from .runs import OneLineParser, RunError, fail, read_json, write_json
+
+PROG = "python -m lengthgen.plot"
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_CHECKPOINTS = {
+    "position coupling (1L2H)": "checkpoints/addition_coupled_1l2h",
+    "plain APE (1L2H)": "checkpoints/addition_ape_1l2h",
+    "NoPE (1L2H)": "checkpoints/addition_nope_1l2h",
+}
+COLORS = {"coupled": "#d95f02", "ape": "#1b9e77", "nope": "#7570b3", "construction": "#333333", "hard-alibi": "#e7298a"}
+MARKERS = {"coupled": "o", "ape": "s", "nope": "^", "construction": "*", "hard-alibi": "D"}
+
+
+def outputs(out: str | Path) -> list[Path]:
+    """The PNG and PDF written for ``out`` (its suffix is replaced)."""
+    out = Path(out)
+    if out.suffix.lower() not in (".png", ".pdf", ""):
+        raise RunError(f"{out}: the output must end in .png or .pdf (both are written)")
+    return [out.with_suffix(".png"), out.with_suffix(".pdf")]
+
+
+def check_free(paths: list[Path], force: bool) -> None:
+    taken = [str(p) for p in paths if p.exists()]
+    if taken and not force:
+        raise RunError(f"{', '.join(taken)} already exist(s); use --force to overwrite")
+
+
+def save_figure(fig: Any, paths: list[Path]) -> None:
+    """Save atomically (temporary name, then rename) as every path's format."""
+    import matplotlib.pyplot as plt
+
+    for p in paths:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_name(f".{p.stem}.tmp{p.suffix}")
+        fig.savefig(tmp, dpi=150 if p.suffix == ".png" else None, metadata={"Software": "lengthgen"} if p.suffix == ".png" else None)
+        tmp.replace(p)
+    plt.close(fig)
+
+
+def train_info(checkpoint: str) -> dict[str, Any]:
+    """Training seconds / steps / parameters from the ``summary.json`` beside a checkpoint, if any."""
+    p = Path(checkpoint)
+    for cand in (p / "summary.json", p.parent / "summary.json"):
+        if cand.is_file():
+            s = read_json(cand)
+            return {k: s.get(k) for k in ("train_seconds", "steps", "params", "threads", "device")}
+    return {}
+
+
+def attention_command(checkpoint: str, n: int, samples: int, out: str | Path, force: bool, seed: int = DEFAULT_SEED,
+                      log=print) -> dict[str, Any]:
+    """Build the attention figure; returns the head matching (printed through ``log``)."""
+    from constructions.addition import HEAD_NAMES, build_model
+
+    paths = outputs(out)
+    check_free(paths, force)
+    trained, desc = load_for_eval(checkpoint, n)
+    if trained.cfg.n_layers * trained.cfg.n_heads < 2:
+        raise RunError(f"{checkpoint}: the trained model has fewer heads than the construction (2)")
+    cons, _ = build_model(n_digits=n)
+    cons_att, example = mean_attention(cons, "coupled", n, samples, seed=seed)
+    tr_att, example2 = mean_attention(trained, desc["positions"], n, samples, seed=seed)
+    assert (example == example2).all(), "construction and trained model must see the same inputs"
+    matches = match_heads(cons_att[0], tr_att, n)
+    for m in matches:
+        log(m.describe(HEAD_NAMES))
+    from .tasks import ADDITION
+
+    ex = ADDITION.decode(example)
+    name = f"trained 1-layer model ({desc['positions']} positions, trained on {desc['train_digits']} digits)"
+    fig = attention_figure(cons_att[0], tr_att, n, matches, HEAD_NAMES, name, f"{ex} (one of {samples})")
+    save_figure(fig, paths)
+    log(f"wrote {', '.join(map(str, paths))}")
+    return {"digits": n, "samples": samples, "checkpoint": checkpoint,
+            "matching": [{"construction_head": HEAD_NAMES[m.head], "trained_layer": m.layer + 1,
+                          "trained_head": m.trained_head + 1, "cosine_answer_rows": round(m.answer_similarity, 4),
+                          "cosine_all_rows": round(m.full_similarity, 4)} for m in matches]}
+
+
+def measure(models: dict[str, str], construction: bool, digits: list[int], samples: int, seed: int,
+            progress: bool) -> dict[str, Any]:
+    """Evaluate each ``label -> checkpoint`` (and the construction) on ``digits``."""
+    entries: dict[str, Any] = {}
+    items = list(models.items()) + ([("Theorem 5.1 construction", "construction")] if construction else [])
+    for label, ck in items:
+        model, desc = load_for_eval(ck, max(digits))
+        limit = None
+        if model.cfg.positional == "learned":
+            from .data import table_digits
+
+            limit = table_digits(desc["positions"], model.cfg.n_ctx)
+        usable = [n for n in digits if limit is None or n <= limit]
+        rows = evaluate(model, desc["positions"], usable, samples, seed=seed, progress=progress, what=ck)
+        entries[label] = {"checkpoint": ck, "positions": "construction" if ck == "construction" else desc["positions"],
+                          "train_digits": desc["train_digits"], "results": rows,
+                          "params": sum(p.numel() for p in model.parameters()), **train_info(ck)}
+    return entries
+
+
+def length_figure(entries: dict[str, Any], title: str):
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8.2, 4.8))
+    spans = {parse_digit_range(e["train_digits"]) for e in entries.values() if e.get("train_digits")}
+    for i, (lo, hi) in enumerate(sorted(spans)):
+        ax.axvspan(lo - 0.5, hi + 0.5, color="0.88", zorder=0, label="trained lengths" if i == 0 else None)
+    for label, e in entries.items():
+        kind = e["positions"]
+        xs = [r["n"] for r in e["results"]]
+        ys = [100 * r["exact_match"] for r in e["results"]]
+        ax.plot(xs, ys, marker=MARKERS.get(kind, "o"), color=COLORS.get(kind), label=label, lw=1.8,
+                ms=9 if kind == "construction" else 5.5, ls="--" if kind == "construction" else "-", zorder=3)
+    all_n = sorted({r["n"] for e in entries.values() for r in e["results"]})
+    ax.set_xticks(all_n)
+    ax.set_xlim(min(all_n) - 0.6, max(all_n) + 0.6)
+    ax.set_ylim(-3, 103)
+    ax.set_xlabel("operand length n (digits)", fontsize=12)
+    ax.set_ylabel("exact match (%)", fontsize=12)
+    ax.tick_params(labelsize=10)
+    ax.grid(alpha=0.3, zorder=1)
+    ax.set_title(title, fontsize=12)
+    ax.legend(fontsize=9.5, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def length_command(models: dict[str, str], construction: bool, digits: list[int], samples: int, out: str | Path,
+                   force: bool, seed: int = DEFAULT_SEED, progress: bool = True, log=print) -> dict[str, Any]:
+    paths = outputs(out)
+    check_free(paths, force)
+    entries = measure(models, construction, digits, samples, seed, progress)
+    for label, e in entries.items():
+        log(f"{label:<28} " + " ".join(f"{r['n']}:{100 * r['exact_match']:.1f}" for r in e["results"]))
+    fig = length_figure(entries, f"Length generalization on addition (exact match, {samples} samples per length)")
+    save_figure(fig, paths)
+    log(f"wrote {', '.join(map(str, paths))}")
+    return {"samples": samples, "seed": seed, "models": entries}
+
+
+def precision_figure(out_dir: Path, force: bool, log=print) -> str:
+    """``figures/precision.png`` via ``python -m constructions.certify precision`` when it exists."""
+    if importlib.util.find_spec("constructions.certify") is None:
+        log("skipped figures/precision.png: constructions.certify does not exist yet")
+        return "skipped (constructions.certify missing)"
+    cmd = [sys.executable, "-m", "constructions.certify", "precision"] + (["--force"] if force else [])
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    log(f"{' '.join(cmd[1:])}: exit {res.returncode} {res.stderr.strip()[-300:]}")
+    return f"exit {res.returncode}"
+
+
+def parse_models(specs: list[str]) -> dict[str, str]:
+    models = {}
+    for spec in specs:
+        label, sep, path = spec.partition("=")
+        if not sep:
+            label, path = Path(spec).name, spec
+        if not label or not path:
+            raise RunError(f"bad --checkpoint {spec!r}; write LABEL=PATH or PATH")
+        models[label] = path
+    return models
+
+
+def parser() -> OneLineParser:
+    p = OneLineParser(prog=PROG, description="Figures of issue 6 (PNG + PDF): attention maps of the Theorem 5.1 "
+                      "construction vs a trained model, exact match vs operand length, or all of them.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+    a = sub.add_parser("attention", help="construction vs trained attention maps, heads matched by similarity")
+    a.add_argument("--construction", default="addition", choices=("addition",), help="which construction")
+    a.add_argument("--checkpoint", required=True, help="trained run/checkpoint (coupled positions for a like-for-like map)")
+    a.add_argument("--digits", type=int, default=6, help="operand length of the probe additions")
+    a.add_argument("--samples", type=int, default=1000)
+    a.add_argument("--out", default="figures/attention_addition.png")
+    ln = sub.add_parser("length", help="exact match vs operand length")
+    ln.add_argument("--checkpoint", action="append", default=[], help="LABEL=PATH (repeatable)")
+    ln.add_argument("--construction", choices=("addition",), help="also evaluate the Theorem 5.1 construction")
+    ln.add_argument("--digits", default="1-15")
+    ln.add_argument("--samples", type=int, default=1000)
+    ln.add_argument("--out", default="figures/length_generalization.png")
+    ln.add_argument("--results", help="also write the measured numbers to this JSON file")
+    al = sub.add_parser("all", help="every figure and figures/results.json from the committed checkpoints/")
+    al.add_argument("--out-dir", default=str(ROOT / "figures"))
+    al.add_argument("--samples", type=int, default=1000)
+    for q in (a, ln, al):
+        q.add_argument("--seed", type=int, default=DEFAULT_SEED)
+        q.add_argument("--force", action="store_true", help="overwrite existing outputs")
+        q.add_argument("--threads", type=int, default=2)
+        q.add_argument("--no-progress", action="store_true")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        if args.samples < 1 or args.threads < 1:
+            raise DataError("--samples and --threads must be at least 1")
+        torch.set_num_threads(args.threads)
+        if args.command == "attention":
+            if args.digits < 1:
+                raise DataError("--digits must be at least 1")
+            attention_command(args.checkpoint, args.digits, args.samples, args.out, args.force, args.seed)
+        elif args.command == "length":
+            lo, hi = parse_digit_range(args.digits)
+            if not args.checkpoint and not args.construction:
+                raise RunError("nothing to plot: give --checkpoint LABEL=PATH and/or --construction addition")
+            if args.results and Path(args.results).exists() and not args.force:
+                raise RunError(f"{args.results} already exists; use --force to overwrite it")
+            res = length_command(parse_models(args.checkpoint), bool(args.construction), list(range(lo, hi + 1)),
+                                 args.samples, args.out, args.force, args.seed, not args.no_progress)
+            if args.results:
+                write_json(Path(args.results), res)
+        else:
+            return all_command(Path(args.out_dir), args.samples, args.seed, args.force, not args.no_progress)
+    except (DataError, RunError, ValueError) as exc:
+        return fail(PROG, str(exc))
+    return 0
+
+
+def all_command(out_dir: Path, samples: int, seed: int, force: bool, progress: bool) -> int:
+    """Regenerate every figure of issue 6 and ``results.json`` from the committed checkpoints."""
+    models = {label: str(ROOT / p) for label, p in DEFAULT_CHECKPOINTS.items()}
+    missing = [p for p in models.values() if not Path(p).exists()]
+    if missing:
+        raise RunError(f"missing committed checkpoint(s): {', '.join(missing)}")
+    results = out_dir / "results.json"
+    targets = outputs(out_dir / "attention_addition.png") + outputs(out_dir / "length_generalization.png") + [results]
+    check_free(targets, force)
+    coupled = models["position coupling (1L2H)"]
+    att = attention_command(coupled, 6, samples, out_dir / "attention_addition.png", True, seed)
+    length = length_command(models, True, list(range(1, 16)), samples, out_dir / "length_generalization.png", True,
+                            seed, progress)
+    rel = lambda p: str(Path(p).relative_to(ROOT)) if str(p).startswith(str(ROOT)) else str(p)
+    for e in length["models"].values():
+        e["checkpoint"] = rel(e["checkpoint"])
+    att["checkpoint"] = rel(att["checkpoint"])
+    precision = precision_figure(out_dir, force)
+    write_json(results, {"generated_by": "python -m lengthgen.plot all", "evaluation": "teacher-forced argmax, "
+                         "exact match = all answer digits and the final EOS right", "length_generalization": length,
+                         "attention": att, "precision_figure": precision, "torch": torch.__version__})
+    print(f"wrote {results}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

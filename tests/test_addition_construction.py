@@ -1,0 +1,254 @@
+"""Theorem 5.1's construction is exactly right (checks against Python integers).
+
+Mechanism checks follow theorem-5-1-addition.md §3.4–3.8: the heads' attention sets, the
+feed-forward network on its whole finite domain, then end to end."""
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+import pytest
+import torch
+from addition_recipes import adversarial_pairs, operand_pairs
+from hypothesis import example, given, settings
+
+from constructions.addition import (
+    CapacityError, add, add_many, build_model, d_model_for, max_digits_for, position_dims, residual_basis,
+)
+from lengthgen.decode import teacher_forced_argmax
+from lengthgen.tasks import ADDITION
+
+MAX_DIGITS_CPU = 2000
+
+
+@functools.lru_cache(maxsize=None)
+def model_for(n_digits: int | None = None, d_model: int | None = None, dtype: str = "float32"):
+    return build_model(n_digits=n_digits, d_model=d_model, dtype=dtype)
+
+
+def teacher_sum(model, a: int, b: int) -> int | None:
+    """The model's sum via one teacher-forced pass (None if any answer token or EOS is wrong)."""
+    inst = ADDITION.instance(str(a), str(b))
+    pred = teacher_forced_argmax(model, inst.tokens, inst.pos_ids, inst.prompt_len - 1).cpu().numpy()
+    if not np.array_equal(pred, inst.answer_tokens):
+        return None
+    return int("".join(str(int(t)) for t in pred[-2::-1]))
+
+
+# ----------------------------------------------------------------- layout and the bound
+def test_layout_is_17_plus_2P() -> None:
+    for d in (21, 22, 23, 29, 64, 512):
+        P = (d - 17) // 2
+        labels = residual_basis(d).labels
+        assert len(labels) == d and labels[:6] == ["NUM", "IS_BOS", "FULL_ONES", "PRE_SUM", "PRE_CARRY", "PRE_EOS"]
+        assert labels[6:17] == [f"SUM[{k}]" for k in range(10)] + ["IS_EOS"]
+        assert labels[17 : 17 + P] == [f"POS_1[{i}]" for i in range(P)]
+        assert labels[17 + P : 17 + 2 * P] == [f"POS_2[{i}]" for i in range(P)]
+    assert max_digits_for(512) == 2**247 - 2 and f"{float(max_digits_for(512)):.3e}" == "2.262e+74"
+    assert max_digits_for(21) == 2 and d_model_for(62) == 29 and d_model_for(63) == 31
+
+
+# ----------------------------------------------------------------- heads (§3.4, §3.5)
+def expected_sets(n: int, query: int) -> tuple[set[int], set[int]]:
+    """Key indices each head should attend to from sequence index ``query`` (independent of the code)."""
+    a = {i: 1 + (n - 1 - i) for i in range(n)}
+    b = {i: n + 2 + (n - 1 - i) for i in range(n)}
+    c = {i: 2 * n + 3 + i for i in range(n + 1)}
+    plus, equals = n + 1, 2 * n + 2
+    if query == equals:
+        return {0, a[0], b[0]}, {0, plus, equals}
+    i = query - (2 * n + 3)
+    head1 = {0, a[i + 1], b[i + 1]} if i + 1 < n else {0}
+    head2 = {0, a[i], b[i], c[i]} if i < n else {0, c[n]}
+    return head1, head2
+
+
+@given(pair=operand_pairs(40))
+def test_heads_attend_to_exactly_the_theorem_sets(pair: tuple[int, int]) -> None:
+    model, meta = model_for(n_digits=40)
+    inst = ADDITION.instance(*map(str, pair))
+    _, acts = model(torch.tensor(inst.tokens[None, :-1]), torch.tensor(inst.pos_ids[None, :-1]), return_cache=True)
+    pattern = acts["blocks.0.attn.hook_pattern"][0].double()
+    leak = meta["leak_bound"]
+    for q in range(inst.prompt_len - 1, len(inst.tokens) - 1):
+        for head, keys in enumerate(expected_sets(inst.n, q)):
+            row = pattern[head, q]
+            inside = row[sorted(keys)]
+            assert float(row.sum() - inside.sum()) <= leak + 1e-6, (head, q)
+            assert (inside - 1 / len(keys)).abs().max() <= leak + 1e-6, (head, q)
+
+
+# ----------------------------------------------------------------- FFN on its whole domain (§3.7)
+def ffn_domain() -> list[tuple[dict[str, float], int]]:
+    """Every reachable (PRE_SUM, PRE_CARRY, NUM, PRE_EOS) at an answer-predicting position, with the
+    correct next token from integer arithmetic (10 stands for '$')."""
+    cases = []
+    for x in range(19):  # '=' predicts c_0 = (a_0 + b_0) mod 10
+        cases.append(({"PRE_SUM": x, "PRE_CARRY": 0, "NUM": 0, "PRE_EOS": 1 / 3}, x % 10))
+    for ai in range(10):
+        for bi in range(10):
+            for carry_in in (0, 1):
+                ci = (ai + bi + carry_in) % 10
+                carry = (ai + bi + carry_in) // 10
+                for x in range(19):  # x = a_{i+1} + b_{i+1} (0 past the last digit)
+                    cases.append(({"PRE_SUM": x, "PRE_CARRY": ai + bi + ci, "NUM": ci, "PRE_EOS": 0.25}, (x + carry) % 10))
+    for cn in (0, 1):  # the overflow digit predicts EOS
+        cases.append(({"PRE_SUM": 0, "PRE_CARRY": 2 * cn, "NUM": cn, "PRE_EOS": 0.5}, 10))
+    return cases
+
+
+def ffn_outputs(model, cases, jitter: float = 0.0) -> torch.Tensor:
+    basis = residual_basis(model.cfg.d_model)
+    x = torch.zeros(len(cases), model.cfg.d_model, dtype=torch.float64)
+    for row, (values, _) in enumerate(cases):
+        x[row, basis.index("FULL_ONES")] = 1
+        for name, value in values.items():
+            x[row, basis.index(name)] = value
+    x = x.to(model.cfg.torch_dtype)
+    if jitter:
+        g = torch.Generator().manual_seed(0)
+        x[:, basis.index("PRE_SUM")] += (torch.rand(len(cases), generator=g) * 2 - 1).to(x.dtype) * jitter
+        x[:, basis.index("PRE_EOS")] += (torch.rand(len(cases), generator=g) * 2 - 1).to(x.dtype) * jitter
+    block = model.blocks[0]
+    with torch.no_grad():
+        resid = x + block.mlp(x, None, "")
+    return resid
+
+
+@pytest.mark.parametrize("jitter", [0.0, 0.045])
+def test_ffn_is_exact_on_its_whole_domain(jitter: float) -> None:
+    """One-hot SUM and IS_EOS are exactly 0/1 for every reachable input, and stay so under
+    perturbations below the 0.05 margin of §3.7 (what softmax leakage can cause)."""
+    model, _ = model_for(n_digits=40, dtype="float64")
+    cases = ffn_domain()
+    assert len(cases) == 19 + 200 * 19 + 2
+    resid = ffn_outputs(model, cases, jitter)
+    basis = residual_basis(model.cfg.d_model)
+    sums = resid[:, [basis.index(f"SUM[{k}]") for k in range(10)]]
+    eos = resid[:, basis.index("IS_EOS")]
+    for row, (_, want) in enumerate(cases):
+        if want == 10:
+            assert float(eos[row]) == pytest.approx(1.0, abs=1e-9)
+        else:
+            assert float(eos[row]) == pytest.approx(0.0, abs=1e-9)
+            onehot = torch.zeros(10, dtype=sums.dtype)
+            onehot[want] = 1
+            assert torch.allclose(sums[row], onehot, atol=1e-9), (cases[row], sums[row])
+    logits = resid @ model.unembed.W_U.detach()
+    predicted = logits.argmax(-1).tolist()
+    assert predicted == [ADDITION.EOS if want == 10 else want for _, want in cases]
+
+
+# ----------------------------------------------------------------- end to end
+def test_every_pair_up_to_two_digits_by_greedy_decoding() -> None:
+    model, _ = model_for(n_digits=2)
+    assert model.cfg.d_model == 21  # 2 digits is exactly the bound of d = 21
+    pairs = [(a, b) for a in range(100) for b in range(100)]
+    sums = add_many(model, pairs)
+    assert [(a, b) for (a, b), s in zip(pairs, sums) if s != a + b] == []
+    assert [add(model, a, b) for a, b in pairs[::997]] == [a + b for a, b in pairs[::997]]  # batch == single
+
+
+def test_adderboard_edge_cases() -> None:
+    model, _ = model_for(n_digits=30)
+    assert add(model, 9_999_999_999, 1) == 10_000_000_000
+    for a, b in [(0, 0), (1_111_111_111, 8_888_888_889), (9_999_999_999, 9_999_999_999), (5, 5)]:
+        assert add(model, a, b) == a + b
+
+
+@given(pair=operand_pairs(30))
+@settings(max_examples=15)
+def test_greedy_decoding_random_and_carry_chains(pair: tuple[int, int]) -> None:
+    model, _ = model_for(n_digits=30)
+    assert add(model, *pair) == sum(pair)
+
+
+@given(pair=operand_pairs(MAX_DIGITS_CPU))
+@example(pair=(10**MAX_DIGITS_CPU - 1, 1))
+@example(pair=(10**MAX_DIGITS_CPU - 1, 10**MAX_DIGITS_CPU - 1))
+@example(pair=(5 * (10**MAX_DIGITS_CPU - 1) // 9, 4 * (10**MAX_DIGITS_CPU - 1) // 9 + 1))
+def test_teacher_forced_long_operands(pair: tuple[int, int]) -> None:
+    model, _ = model_for(n_digits=MAX_DIGITS_CPU)
+    assert teacher_sum(model, *pair) == sum(pair)
+
+
+@pytest.mark.parametrize("n", [1, 7, 64, 500])
+def test_adversarial_carry_chains(n: int) -> None:
+    model, _ = model_for(n_digits=MAX_DIGITS_CPU)
+    for a, b in adversarial_pairs(n):
+        assert teacher_sum(model, a, b) == a + b, (a, b)
+
+
+@pytest.mark.parametrize("P", [2, 3, 4, 6])
+def test_the_bound_is_tight_for_the_table(P: int) -> None:
+    """n = 2^P − 2 works (the largest position ID is 2^P); n = 2^P − 1 is refused clearly."""
+    d = 17 + 2 * P
+    n = 2**P - 2
+    model, _ = build_model(d_model=d)
+    for a, b in adversarial_pairs(n)[:3]:
+        assert add(model, a, b) == a + b
+    with pytest.raises(CapacityError, match=f"bound 2\\^{P} - 2 = {n}"):
+        build_model(n_digits=n + 1, d_model=d)
+    with pytest.raises(CapacityError, match="table"):
+        add(model, 10 ** (n + 1) - 1, 1)
+
+
+def test_greedy_and_teacher_agree_on_a_wrong_model() -> None:
+    """The equivalence the CLI relies on also holds when the model is wrong."""
+    model, _ = build_model(n_digits=8)
+    with torch.no_grad():
+        model.blocks[0].attn.W_O[1, -2, :] = 0  # the carry head no longer writes PRE_CARRY
+    a, b = 59999999, 1
+    inst = ADDITION.instance(str(a), str(b))
+    pred = teacher_forced_argmax(model, inst.tokens, inst.pos_ids, inst.prompt_len - 1).numpy()
+    assert not np.array_equal(pred, inst.answer_tokens)
+    assert add(model, a, b) != a + b
+
+
+# ----------------------------------------------------------------- a wrong construction is caught
+def _perturbed(name: str) -> torch.nn.Module:
+    model, _ = build_model(n_digits=6, dtype="float64")
+    basis = residual_basis(model.cfg.d_model)
+    mlp, attn = model.blocks[0].mlp, model.blocks[0].attn
+    with torch.no_grad():
+        if name == "carry threshold":  # the NUM coefficient of t: -0.2 -> -0.15 moves the carry decision
+            mlp.W_in[basis.index("NUM"), :80] = -0.15
+        elif name == "head-1 scale":
+            attn.W_O[0, -2, basis.index("PRE_SUM")] = 2.9
+        elif name == "eos ramp":
+            mlp.W_in[basis.index("FULL_ONES"), 80] = -0.3
+        elif name == "sharpness":
+            attn.W_Q.mul_(0.2)
+    return model
+
+
+@pytest.mark.parametrize("name", ["carry threshold", "head-1 scale", "eos ramp", "sharpness"])
+def test_one_wrong_weight_is_caught(name: str) -> None:
+    model = _perturbed(name)
+    pairs = [(a, b) for n in range(1, 7) for a, b in adversarial_pairs(n)] + [(a, b) for a in range(0, 100, 3) for b in range(0, 100, 7)]
+    assert any(teacher_sum(model, a, b) != a + b for a, b in pairs)
+
+
+def test_describe_names_every_dimension() -> None:
+    model, meta = model_for(n_digits=30)
+    text = model.describe()
+    for label in residual_basis(model.cfg.d_model).labels:
+        assert label in text
+    assert "POS_2[0] -> pos[0]" in text and "carry" in text and f"M={meta['M']:.4g}" in text
+    assert math.isclose(meta["M"], 0.5 * math.log(1000 * (3 * 30 + 5)))
+    assert position_dims(model.cfg.d_model) == 5
+
+
+# ----------------------------------------------------------------- GPU: 10^5 and 10^6 digits
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.parametrize("n", [10**5, 10**6])
+def test_gpu_long_operands(n: int) -> None:
+    model, _ = build_model(n_digits=n, device="cuda")
+    pairs = [(10**n - 1, 1), (10**n - 1, 10**n - 1)]
+    rng = np.random.default_rng(n)
+    digits = lambda: "".join(map(str, [rng.integers(1, 10)] + list(rng.integers(0, 10, n - 1))))
+    pairs.append((int(digits()), int(digits())))
+    for a, b in pairs:
+        assert teacher_sum(model, a, b) == a + b

@@ -1,0 +1,35 @@
+"""Weights round-trip exactly through safetensors and .npz, with config and annotations."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from constructions.addition import build_model
+from lengthgen.weights import WeightFileError, load_model, save_model
+
+
+@pytest.mark.parametrize("suffix", [".safetensors", ".npz"])
+def test_construction_round_trips_bit_for_bit(tmp_path: Path, suffix: str) -> None:
+    model, _ = build_model(n_digits=12, dtype=torch.float64)
+    path = save_model(model, tmp_path / f"m{suffix}")
+    loaded = load_model(path)
+    assert loaded.cfg == model.cfg
+    assert loaded.annotations == model.annotations
+    for (name, a), (name2, b) in zip(model.state_dict().items(), loaded.state_dict().items()):
+        assert name == name2 and a.dtype == b.dtype and torch.equal(a, b), name
+    toks = torch.tensor([[12, 1, 2, 10, 3, 4, 11]])
+    assert torch.equal(model(toks), loaded(toks))
+    assert not list(tmp_path.glob(".*"))  # no temporary files left behind
+
+
+def test_bad_weight_files_give_clear_errors(tmp_path: Path) -> None:
+    with pytest.raises(WeightFileError, match="no such weight file"):
+        load_model(tmp_path / "missing.safetensors")
+    with pytest.raises(WeightFileError, match="unknown weight format"):
+        load_model(tmp_path / "model.pt")
+    corrupt = tmp_path / "corrupt.safetensors"
+    corrupt.write_bytes(b"\x00garbage" * 10)
+    with pytest.raises(WeightFileError, match="not a readable"):
+        load_model(corrupt)
