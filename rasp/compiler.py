@@ -140,7 +140,8 @@ def _check_lookup(m: int, p: int, L: int, trace: Sequence[int], tp: TuringProgra
     if m == k_star:
         return
     t, cell = divmod(p - (L + 1), L + 1)
-    what = ("matched a later key" if m > k_star else "found no aligned key")
+    what = ("matched a later key" if m > k_star
+            else "matched an earlier key" if m >= 0 else "found no matching key")
     raise AmbiguousLookupError(
         f"n-gram lookup is ambiguous at position {p} (predicting cell {cell} of configuration "
         f"c_{t + 1}): it {what} (k={m}, aligned k*={k_star}); the configuration has a repeated "
@@ -164,8 +165,8 @@ def compile_turing_machine(tm: TuringMachine, ngram: int, *, vocab: Vocab | None
                     if vocab.decode(t)[1] is not None and tm.states[vocab.decode(t)[1]] in tm.halt}
 
     tok = tokens
-    p1 = shift_right(tok, 1, EDGE).named("p1")                                   # 2
-    p2 = shift_right(tok, 2, EDGE).named("p2")                                   # 3
+    p1 = shift_right(tok, 1, EDGE)       # 2 (shared with the query's shifts: same node)
+    p2 = shift_right(tok, 2, EDGE)       # 3
     lc = SequenceMap(lambda a, b: (a, b), p2, p1).named("lc")                     # 4
     nc = SequenceMap(lambda lcv, r: F(lcv[0], lcv[1], r), lc, tok).named("nc")   # 5
     is_sep_t = Map(lambda t: t == SEP, tok).named("is_sep")                       # 6

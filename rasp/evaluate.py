@@ -111,6 +111,7 @@ class IncrementalEvaluator:
         for op in self._sched.sops:
             self._steps.append((op, self._make_step(op, max_dense)))
         self._steps = [(op, f) for op, f in self._steps if f is not None]
+        self._fns = [f for _, f in self._steps]
         self._out = self.cols[program.uid]
 
     def _make_step(self, op: SOp, max_dense: int) -> Callable[[int], None] | None:
@@ -133,14 +134,7 @@ class IncrementalEvaluator:
         if isinstance(op, SequenceMap):
             f, a, b = op.f, self.cols[op.fst.uid], self.cols[op.snd.uid]
             return lambda p: append(f(a[p], b[p]))
-        kernel = AttentionKernel(op, self.cols, True, True, max_dense)
-        add_key, query = kernel.add_key, kernel.query
-
-        def step(p: int) -> None:
-            add_key(p)
-            append(query(p, p + 1))
-
-        return step
+        return AttentionKernel(op, self.cols, True, True, max_dense).stepper(out)
 
     def __len__(self) -> int:
         return len(self._tokens)
@@ -151,12 +145,12 @@ class IncrementalEvaluator:
             raise RASPEvaluationError(f"this evaluator stopped after an error: {self._failed}")
         p = len(self._tokens)
         self._tokens.append(token)
-        op = None
         try:
-            for op, step in self._steps:
+            for step in self._fns:
                 step(p)
         except Exception as exc:  # noqa: BLE001 - re-raised with the op's name
-            self._failed = _wrap(op, p, exc)
+            culprit = next(op for op, _ in self._steps if len(self.cols[op.uid]) == p)
+            self._failed = _wrap(culprit, p, exc)
             raise self._failed from exc
         return self._out[p]
 

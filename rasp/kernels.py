@@ -59,9 +59,8 @@ class Reducer:
         return r
 
     def single(self, j: int, value: Any, p: int) -> Any:
-        bucket = self.new_bucket()
-        self.add(bucket, j, value)
-        return self.result(bucket, 1, p)
+        """The result when exactly one key (j) is selected."""
+        return 1
 
 
 class _ExtremumReducer(Reducer):
@@ -88,6 +87,9 @@ class _ExtremumReducer(Reducer):
     def result(self, bucket: list, r: int, p: int) -> Any:
         return bucket[1][r - 1]
 
+    def single(self, j: int, value: Any, p: int) -> Any:
+        return value
+
 
 class _NumericalMeanReducer(Reducer):
     """Numerical ``reduce="mean"``: running sums; a selected non-number is an error."""
@@ -108,6 +110,11 @@ class _NumericalMeanReducer(Reducer):
                 f"(key position {bad[1]}, query position {p}); use reduce='max'/'min' "
                 "or a categorical encoding")
         return bucket[1][r - 1] / r
+
+    def single(self, j: int, value: Any, p: int) -> Any:
+        bucket = self.new_bucket()
+        self.add(bucket, j, value)
+        return self.result(bucket, 1, p)
 
 
 class _CategoricalMeanReducer(Reducer):
@@ -131,6 +138,9 @@ class _CategoricalMeanReducer(Reducer):
                 f"at query position {p}: {first!r} (key {j0}) and {diff[2]!r} (key {diff[1]}); "
                 "use reduce='max'/'min' or numerical(...) for a mean")
         return first
+
+    def single(self, j: int, value: Any, p: int) -> Any:
+        return value
 
 
 def make_reducer(op: SOp) -> Reducer:
@@ -233,8 +243,49 @@ class AttentionKernel:
                 f"(order comparison, custom predicate, Or/Not) and {n} tokens exceed "
                 f"max_dense={self.max_dense}; use EQ selects, index bounds or raise max_dense")
 
+    def _direct_fn(self, append: Callable[[Any], None], n: int | None) -> Callable[[int], None] | None:
+        """Hot path for a plain shift / index_select (one direct EQ atom, no bounds);
+        ``n=None`` means incremental causal evaluation. None when not applicable."""
+        if self.kind != "direct" or len(self.eq) != 1 or self.bounds:
+            return None
+        keys, off, vals, query = self.eq[0][1], self.offset, self.values, self.query
+        single, default, causal = self.reducer.single, self.default, self.causal
+
+        def direct(p: int) -> None:
+            q = keys[p]
+            if type(q) is not int:
+                append(query(p, p + 1 if n is None else n))
+                return
+            j = q - off
+            if 0 <= j and (j <= p if causal else j < n):
+                append(single(j, None if vals is None else vals[j], p))
+            else:
+                append(default)
+        return direct
+
+    def stepper(self, out: list) -> Callable[[int], None]:
+        """Incremental (causal) step: add key p, append the result of row p to ``out``."""
+        append, query = out.append, self.query
+        direct = self._direct_fn(append, None)
+        if direct is not None:
+            return direct
+        if self.kind != "hash":
+            return lambda p: append(query(p, p + 1))
+        add_key = self.add_key
+
+        def step(p: int) -> None:
+            add_key(p)
+            append(query(p, p + 1))
+        return step
+
     def batch(self, n: int) -> list:
         self.check_size(n)
+        out: list = []
+        direct = self._direct_fn(out.append, n)
+        if direct is not None:
+            for p in range(n):
+                direct(p)
+            return out
         for j in range(n):
             self.add_key(j)
         return [self.query(p, n) for p in range(n)]
@@ -261,7 +312,9 @@ class AttentionKernel:
     # -- direct addressing: j = queries[p] - offset
     def _query_direct(self, p: int, n: int) -> Any:
         q = self.eq[0][1][p]
-        if isinstance(q, numbers.Integral):
+        if type(q) is int:
+            j = q - self.offset
+        elif isinstance(q, numbers.Integral):
             j = int(q) - self.offset
         elif isinstance(q, numbers.Real) and float(q).is_integer():
             j = int(q) - self.offset

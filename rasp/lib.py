@@ -8,6 +8,8 @@ called as ``pred(key, query)``), §B.3 (tracr ``lib.py``: ``make_length``,
 """
 from __future__ import annotations
 
+import functools
+import weakref
 from typing import Any, Callable
 
 from rasp.core import (Aggregate, Comparison, Full, Map, Select, Selector, SelectorWidth,
@@ -16,7 +18,7 @@ from rasp.core import (Aggregate, Comparison, Full, Map, Select, Selector, Selec
 __all__ = [
     "full", "tok_map", "seq_map", "select", "sel_width", "aggr", "kqv", "equals", "leq", "lt",
     "geq", "gt", "shift_right", "index_select", "cumsum", "firsts", "lasts", "where",
-    "make_length", "make_hist", "make_reverse", "make_sort_unique", "masked_ngram",
+    "make_length", "make_hist", "make_reverse", "make_sort_unique", "masked_ngram", "shift_selector",
     "indices", "tokens",
 ]
 
@@ -71,9 +73,29 @@ def kqv(k: SOp, q: SOp, v: SOp, pred: Comparison | Callable[[Any, Any], Any], de
 # ------------------------------------------------------------------------ helpers (§B.2)
 
 
+@functools.lru_cache(maxsize=None)
+def shift_selector(n: int) -> Selector:
+    """``Select(indices + n, indices, EQ)``: row i selects key i - n. Shared by every shift by n
+    (one attention pattern, several value heads)."""
+    return Select(indices + n, indices, equals).named(f"shift_{n}")
+
+
+_SHIFTS: "weakref.WeakValueDictionary[tuple, SOp]" = weakref.WeakValueDictionary()
+
+
 def shift_right(x: SOp, n: int, default: Any = 0) -> SOp:
-    """``x[i - n]`` (``default`` before the start): ``kqv(indices + n, indices, x, equals)``."""
-    return kqv(indices + n, indices, x, equals, default=default)
+    """``x[i - n]`` (``default`` before the start): ``kqv(indices + n, indices, x, equals)``.
+
+    Identical calls return the same node, so a program that shifts the same s-op by the
+    same amount twice holds one op (hash-consing; nodes are immutable)."""
+    try:
+        key = (x.uid, n, type(default), default)
+        cached = _SHIFTS.get(key)
+    except TypeError:                       # unhashable default: no sharing
+        return aggr(shift_selector(n), x, default=default)
+    if cached is None:
+        cached = _SHIFTS[key] = aggr(shift_selector(n), x, default=default)
+    return cached
 
 
 def index_select(x: SOp, idx: SOp, default: Any = 0) -> SOp:

@@ -1,0 +1,131 @@
+"""``python -m rasp.turing``: output, exit codes, and one-line errors (issue 5, CLI and Bad input)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rasp.turing import main
+
+REPO = Path(__file__).resolve().parents[1]
+
+FLIP = {"states": ["a", "b", "H"], "start": "a", "halt": ["H"], "alphabet": ["0", "1"], "blank": "0",
+        "head": 0, "transitions": [["a", "0", "a", "1", "R"], ["a", "1", "b", "1", "L"],
+                                    ["b", "1", "H", "0", "L"], ["b", "0", "H", "0", "R"]]}
+
+
+def cli(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_line_error(code, out, err, culprit):
+    assert code == 2 and out == ""
+    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
+    assert culprit in err
+
+
+def test_addition_matches_and_reports(capsys):
+    code, out, err = cli(capsys, "--machine", "addition", "--input", "987654321+123456789")
+    assert code == 0, err
+    fields = dict(line.split(":", 1) for line in out.splitlines())
+    assert fields["match"].strip() == "yes"
+    assert fields["answer"].strip().startswith(f"{987654321 + 123456789} (Python: {987654321 + 123456789}, correct")
+    assert fields["steps"].strip().startswith("10 ")
+    assert "4 attention layers" in fields["program"]
+
+
+def test_json_output_fields(capsys):
+    code, out, _ = cli(capsys, "--machine", "addition", "--input", "58+67", "--json", "--mode", "teacher")
+    rep = json.loads(out)
+    assert code == 0 and rep["match"] is True and rep["first_mismatch"] is None
+    assert rep["steps"] == 3 and rep["trace_tokens"] == 1 + 4 * 4 and rep["final_tape"] == ["1", "2", "5"]
+    assert rep["answer"] == rep["expected"] == "125" and rep["program_ops"] > 0
+
+
+@pytest.mark.parametrize("mode", ["teacher", "greedy"])
+def test_random_machine_matches(capsys, mode):
+    code, out, _ = cli(capsys, "--machine", "random:3", "--input", "0123450123", "--mode", mode, "--json")
+    rep = json.loads(out)
+    assert code == 0 and rep["match"] and rep["steps"] >= 1 and rep["ngram"] == rep["premise_ngram"]
+
+
+def test_show_trace_prints_one_configuration_per_line(capsys):
+    code, out, _ = cli(capsys, "--machine", "addition", "--input", "99+1", "--show-trace")
+    lines = [ln for ln in out.splitlines() if ln.startswith("  c_")]
+    assert code == 0 and len(lines) == 4
+    assert lines[0].split()[1:] == ["#", "90", "[91|c0]"] and lines[-1].split()[1:] == ["[1|H]", "0", "0"]
+
+
+def test_json_spec_by_path_and_bundled_spec(capsys, tmp_path):
+    path = tmp_path / "flip.json"
+    path.write_text(json.dumps(FLIP))
+    code, out, _ = cli(capsys, "--machine", str(path), "--input", "001", "--json")
+    assert code == 0 and json.loads(out)["final_tape"] == ["1", "0", "1"]
+    code, out, _ = cli(capsys, "--machine", "parity", "--input", "1101_", "--json")
+    assert code == 0 and json.loads(out)["final_tape"][-1] == "O"
+
+
+def test_address_track_and_too_small_ngram(capsys):
+    code, out, _ = cli(capsys, "--machine", "increment", "--input", "1" * 12, "--address-track", "2", "--json")
+    rep = json.loads(out)
+    assert code == 0 and rep["ngram"] <= 4 and rep["answer"] == "1" + "0" * 12
+    code, out, err = cli(capsys, "--machine", "increment", "--input", "1" * 12, "--ngram", "2", "--json")
+    rep = json.loads(out)
+    assert code == 1 and rep["match"] is False and rep["first_mismatch"] is not None
+    assert "ambiguous" in rep["monitor"] and err.startswith("monitor: ") and err.count("\n") == 1
+
+
+def bad_spec(tmp_path, **changes):
+    path = tmp_path / f"bad{len(list(tmp_path.iterdir()))}.json"
+    path.write_text(json.dumps({**FLIP, **changes}))
+    return str(path)
+
+
+def test_bad_inputs_exit_2_with_one_line(capsys, tmp_path):
+    cases = [
+        (["--machine", bad_spec(tmp_path, transitions=[["a", "0", "zz", "1", "R"]]), "--input", "0"],
+         "unknown next state 'zz'"),
+        (["--machine", bad_spec(tmp_path, transitions=[["a", "9", "a", "1", "R"]]), "--input", "0"],
+         "unknown read symbol '9'"),
+        (["--machine", bad_spec(tmp_path, transitions=[["a", "0", "a", "1", "R"]]), "--input", "01"],
+         "no transition for state 'a' reading '1'"),
+        (["--machine", bad_spec(tmp_path), "--input", "0x1"], "input symbol 'x' at cell 1"),
+        (["--machine", bad_spec(tmp_path, transitions=[["a", "0", "a", "0", "R"],
+                                                         ["a", "1", "a", "1", "R"]]),
+          "--input", "01", "--max-steps", "50"], "did not halt within 50 steps"),
+        (["--machine", "addition", "--input", "12-3"], "addition input must look like"),
+        (["--machine", "nosuch", "--input", "1"], "unknown machine 'nosuch'"),
+        (["--machine", str(tmp_path / "absent.json"), "--input", "1"], "cannot read machine file"),
+        (["--machine", "random:x", "--input", "1"], "random:SEED"),
+    ]
+    for argv, culprit in cases:
+        assert_one_line_error(*cli(capsys, *argv), culprit)
+
+
+def test_help_describes_machines_and_exit_codes(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert exc.value.code == 0
+    for text in ("--machine", "--ngram", "--max-steps", "--mode", "--show-trace", "--json",
+                 "addition", "random:SEED", "exit status"):
+        assert text in out
+
+
+def test_module_runs_as_a_subprocess(tmp_path):
+    env = dict(os.environ, PYTHONPATH=f"{REPO / 'src'}{os.pathsep}{REPO}")
+    ok = subprocess.run([sys.executable, "-m", "rasp.turing", "--machine", "addition", "--input",
+                         "4324+139", "--json"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                        timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["answer"] == str(4324 + 139)
+    bad = subprocess.run([sys.executable, "-m", "rasp.turing", "--machine", "addition", "--input", "x"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stdout == "" and bad.stderr.count("\n") == 1
+    assert "Traceback" not in bad.stderr
