@@ -1,0 +1,31 @@
+"""Mini-RASP interpreter and the Turing-machine -> RASP compiler of issue 5.
+
+Design: shared/design/turing-programs-rasp.md (Part A: Turing Programs and program P,
+reconstructed; Part B: RASP / RASP-L / tracr semantics and the interpreter design).
+
+* :mod:`rasp.core`: the immutable expression graph with tracr's names;
+* :mod:`rasp.evaluate`: batch (causal or not) and incremental evaluation;
+* :mod:`rasp.lib`: RASP-L adapters and helpers; :mod:`rasp.analyse`: size and depth;
+* :mod:`rasp.machines`, :mod:`rasp.library`: Turing machines, simulator, traces, tasks;
+* :mod:`rasp.compiler`: ``compile_turing_machine``; :mod:`rasp.turing`: the CLI.
+"""
+from rasp.analyse import ProgramStats, analyse
+from rasp.compiler import TuringProgram, compile_turing_machine
+from rasp.core import (Aggregate, Comparison, Encoding, Full, Map, Select, SelectorAnd,
+                       SelectorNot, SelectorOr, SelectorWidth, SequenceMap, SOp, Selector,
+                       categorical, indices, length, numerical, tokens)
+from rasp.errors import (AmbiguousAggregateError, AmbiguousLookupError, MachineInputError,
+                         MachineSpecError, RASPError, RASPSizeError, RASPTypeError,
+                         StepBudgetExceeded)
+from rasp.evaluate import Evaluation, IncrementalEvaluator, evaluate
+from rasp.machines import TuringMachine, Vocab, build_trace, min_ngram, simulate
+
+__all__ = [
+    "Aggregate", "AmbiguousAggregateError", "AmbiguousLookupError", "Comparison", "Encoding",
+    "Evaluation", "Full", "IncrementalEvaluator", "MachineInputError", "MachineSpecError", "Map",
+    "ProgramStats", "RASPError", "RASPSizeError", "RASPTypeError", "SOp", "Select", "Selector",
+    "SelectorAnd", "SelectorNot", "SelectorOr", "SelectorWidth", "SequenceMap",
+    "StepBudgetExceeded", "TuringMachine", "TuringProgram", "Vocab", "analyse", "build_trace",
+    "categorical", "compile_turing_machine", "evaluate", "indices", "length", "min_ngram",
+    "numerical", "simulate", "tokens",
+]

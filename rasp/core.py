@@ -16,47 +16,18 @@ Differences from tracr, by design (§B.4):
 """
 from __future__ import annotations
 
-import enum
 import itertools
 import operator
 from typing import Any, Callable, Iterator
 
+from rasp.predicates import Comparison, Encoding
+
+__all__ = ["Comparison", "Encoding", "RASPExpr", "SOp", "tokens", "indices", "length", "Map",
+           "SequenceMap", "Full", "Aggregate", "SelectorWidth", "Selector", "Select", "SelectorAnd",
+           "SelectorOr", "SelectorNot", "numerical", "categorical", "walk", "REDUCTIONS"]
+
 _ids = itertools.count()
 
-
-class Encoding(str, enum.Enum):
-    """tracr's value encodings (§B.3): one-hot (categorical) or one scalar (numerical)."""
-
-    CATEGORICAL = "categorical"
-    NUMERICAL = "numerical"
-
-
-class Comparison(enum.Enum):
-    """tracr's predicates, called as ``predicate(key, query)`` (§B.3): ``LT`` is ``key < query``."""
-
-    EQ = "=="
-    LT = "<"
-    LEQ = "<="
-    GT = ">"
-    GEQ = ">="
-    NEQ = "!="
-    TRUE = "True"
-    FALSE = "False"
-
-    def __call__(self, key: Any, query: Any) -> bool:
-        return bool(_COMPARE[self](key, query))
-
-
-_COMPARE: dict[Comparison, Callable[[Any, Any], Any]] = {
-    Comparison.EQ: operator.eq,
-    Comparison.LT: operator.lt,
-    Comparison.LEQ: operator.le,
-    Comparison.GT: operator.gt,
-    Comparison.GEQ: operator.ge,
-    Comparison.NEQ: operator.ne,
-    Comparison.TRUE: lambda k, q: True,
-    Comparison.FALSE: lambda k, q: False,
-}
 
 REDUCTIONS = ("mean", "max", "min")
 
@@ -180,17 +151,21 @@ class SOp(RASPExpr):
         return Map(operator.neg, self)
 
 
-class TokensType(SOp):
+class _Primitive(SOp):
+    """A primitive s-op; its default label is its kind (``tokens``, ``indices``, ``length``)."""
+
+    @property
+    def label(self) -> str:
+        return self.name or self._kind
+
+
+class TokensType(_Primitive):
     """The primitive ``tokens``: the input sequence."""
 
     _kind = "tokens"
 
-    @property
-    def label(self) -> str:
-        return self.name or "tokens"
 
-
-class IndicesType(SOp):
+class IndicesType(_Primitive):
     """The primitive ``indices``: 0, 1, ..., n-1."""
 
     _kind = "indices"
@@ -199,19 +174,11 @@ class IndicesType(SOp):
         super().__init__()
         object.__setattr__(self, "index_offset", 0)
 
-    @property
-    def label(self) -> str:
-        return self.name or "indices"
 
-
-class LengthType(SOp):
+class LengthType(_Primitive):
     """The primitive ``length``: n everywhere (non-causal), ``p + 1`` at position p (causal)."""
 
     _kind = "length"
-
-    @property
-    def label(self) -> str:
-        return self.name or "length"
 
 
 tokens = TokensType()

@@ -149,7 +149,8 @@ class IncrementalEvaluator:
             for step in self._fns:
                 step(p)
         except Exception as exc:  # noqa: BLE001 - re-raised with the op's name
-            culprit = next(op for op, _ in self._steps if len(self.cols[op.uid]) == p)
+            culprit = next((op for op, _ in self._steps if len(self.cols[op.uid]) == p),
+                           self._sched.program)
             self._failed = _wrap(culprit, p, exc)
             raise self._failed from exc
         return self._out[p]

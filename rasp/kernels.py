@@ -32,7 +32,6 @@ from rasp.core import (Aggregate, Comparison, Encoding, Select, Selector, Select
 from rasp.errors import AmbiguousAggregateError, RASPSizeError, RASPTypeError
 
 Columns = dict[int, list]
-_NUMERIC = (numbers.Real,)
 
 
 def _describe(op: SOp) -> str:
@@ -96,7 +95,7 @@ class _NumericalMeanReducer(Reducer):
 
     def add(self, bucket: list, j: int, value: Any) -> None:
         idx, stat, bad = bucket
-        numeric = isinstance(value, _NUMERIC)
+        numeric = isinstance(value, numbers.Real)
         if not numeric and bad is None:
             bucket[2] = (len(idx), j, value)
         idx.append(j)
@@ -312,14 +311,9 @@ class AttentionKernel:
     # -- direct addressing: j = queries[p] - offset
     def _query_direct(self, p: int, n: int) -> Any:
         q = self.eq[0][1][p]
-        if type(q) is int:
-            j = q - self.offset
-        elif isinstance(q, numbers.Integral):
-            j = int(q) - self.offset
-        elif isinstance(q, numbers.Real) and float(q).is_integer():
-            j = int(q) - self.offset
-        else:
-            return self.default
+        if not (isinstance(q, numbers.Integral) or (isinstance(q, numbers.Real) and float(q).is_integer())):
+            return self.default             # no index equals a non-integer query
+        j = int(q) - self.offset
         if j < 0 or j > self._hi(p, n):
             return self.default
         for keys, queries in self.eq[1:]:
@@ -392,7 +386,7 @@ def dense_row(selector: Selector, cols: Columns, p: int, hi: int) -> np.ndarray:
             return np.full(width, pred is Comparison.TRUE)
         keys = cols[selector.keys.uid][:width]
         q = cols[selector.queries.uid][p]
-        if pred in _NP_COMPARE and isinstance(q, _NUMERIC):
+        if pred in _NP_COMPARE and isinstance(q, numbers.Real):
             arr = _numeric_array(keys)
             if arr is not None:
                 return _NP_COMPARE[pred](arr, q)

@@ -343,7 +343,7 @@ def min_ngram(configs: Sequence[Sequence[Any]]) -> int:
 
 
 def address_tags(length: int, letters: int, order: int | None = None) -> list[int]:
-    """Read-only address track (§A.2.6 [R]): a de Bruijn word whose ``order``-grams are all
+    """Read-only address track (§A.2.6 [R], reconstructed; optional): a de Bruijn word whose ``order``-grams are all
     distinct, so every configuration satisfies the premise for n = ``order``.
 
     ``order=None`` picks the smallest order with ``letters**order + order - 1 >= length``.

@@ -36,7 +36,8 @@ machines:
                     with transitions [[state, read, next_state, write, "L"|"R"], ...];
                     input: one character per cell, or symbols separated by spaces
 
-exit status: 0 traces match, 1 they differ (or the lookup became ambiguous), 2 bad input
+exit status: 0 traces match, 1 they differ (or the lookup became ambiguous),
+             2 bad input (one "error: ..." line on stderr, nothing on stdout)
 examples:
   python -m rasp.turing --machine addition --input 99+1 --show-trace
   python -m rasp.turing --machine random:7 --input 0123450 --mode teacher --json

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from rasp.analyse import analyse
 from rasp.core import (Aggregate, Comparison, Full, Map, Select, SelectorAnd, SelectorNot,
@@ -297,6 +297,7 @@ def outcome(fn):
         return ("error", type(exc).__name__)
 
 
+@settings(max_examples=300)   # a cheap oracle: many examples (ecosystem-conventions.md §8.6)
 @given(prog=programs(), toks=st.lists(st.integers(0, 5), min_size=1, max_size=12),
        causal=st.booleans())
 def test_fast_paths_and_dense_path_agree_with_the_reference(prog, toks, causal):
