@@ -15,7 +15,9 @@ import argparse
 import json
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 
@@ -124,13 +126,15 @@ def run(args: argparse.Namespace) -> dict:
         torch.cuda.reset_peak_memory_stats()
     peak_before = _rss_peak_bytes()
     start = time.perf_counter()
+    show_progress = not args.no_progress and not args.json and sys.stderr.isatty()
     if args.mode == "teacher":
-        pred = teacher_forced_argmax(model, inst.tokens, inst.pos_ids, first=inst.prompt_len - 1).cpu().numpy()
+        with _attention_progress_bar(show_progress):
+            pred = teacher_forced_argmax(model, inst.tokens, inst.pos_ids, first=inst.prompt_len - 1).cpu().numpy()
     else:
         pred = np.array(greedy_generate(
             model, inst.tokens[: inst.prompt_len], inst.pos_ids[: inst.prompt_len],
             new_pos_ids=inst.pos_ids[inst.prompt_len :], stop_token=ADDITION.EOS,
-            progress=not args.no_progress and not args.json and sys.stderr.isatty(),
+            progress=show_progress,
         ))
     if device == "cuda":
         torch.cuda.synchronize()
@@ -145,6 +149,30 @@ def run(args: argparse.Namespace) -> dict:
         "seconds": round(seconds, 3), "peak_memory_bytes": int(peak), "first_wrong_position": first_wrong,
         "M": meta["M"], "leak_bound": meta["leak_bound"], "_pred": pred,
     }
+
+
+@contextmanager
+def _attention_progress_bar(enabled: bool) -> Iterator[None]:
+    """A progress bar over the answer rows of the teacher-forced pass (long inputs only)."""
+    if not enabled:
+        yield
+        return
+    from tqdm import tqdm
+
+    from lengthgen.attention import report_progress
+
+    bar = tqdm(desc="teacher-forced pass", unit="query", file=sys.stderr, leave=False)
+
+    def update(done: int, total: int) -> None:
+        bar.total = total
+        bar.n = done
+        bar.refresh()
+
+    try:
+        with report_progress(update):
+            yield
+    finally:
+        bar.close()
 
 
 def _rss_peak_bytes() -> int:

@@ -60,3 +60,17 @@ def test_cuda_long_path_matches_dense(dtype: torch.dtype) -> None:
     ref, _, _ = dense_attention(q.double(), k.double(), v.double(), 0.5)
     out = long_attention(q, k, v, 0.5)
     assert (out.double() - ref).abs().max() < (1e-4 if dtype == torch.float32 else 1e-10)
+
+
+def test_cpu_long_path_in_query_chunks_reports_progress(monkeypatch: pytest.MonkeyPatch) -> None:
+    import lengthgen.attention as attention
+
+    monkeypatch.setattr(attention, "QUERY_CHUNK", 64)
+    q, k, v = _qkv(300, 500, torch.float64)
+    ref, _, _ = dense_attention(q, k, v, 0.9)
+    seen: list[tuple[int, int]] = []
+    with attention.report_progress(lambda done, total: seen.append((done, total))):
+        out = long_attention(q, k, v, 0.9)
+    assert (out - ref).abs().max() < 1e-12
+    if hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu"):
+        assert seen == [(64, 300), (128, 300), (192, 300), (256, 300), (300, 300)]

@@ -29,11 +29,29 @@ All paths agree with the dense path up to float rounding (tested in tests/test_a
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
 
-__all__ = ["dense_attention", "long_attention", "chunked_attention", "causal_mask"]
+__all__ = ["dense_attention", "long_attention", "chunked_attention", "causal_mask", "report_progress"]
+
+#: queries per fused-kernel call on the CPU long path (bounds per-call memory; drives progress)
+QUERY_CHUNK = 16384
+_progress: ContextVar[Callable[[int, int], None] | None] = ContextVar("attention_progress", default=None)
+
+
+@contextmanager
+def report_progress(callback: Callable[[int, int], None]) -> Iterator[None]:
+    """Within this block, long-path kernels call ``callback(rows_done, rows_total)`` as query
+    chunks finish (used for progress bars on 10^5-token passes)."""
+    token = _progress.set(callback)
+    try:
+        yield
+    finally:
+        _progress.reset(token)
 
 
 def causal_mask(
@@ -118,21 +136,32 @@ def _cpu_flash_with_lse(
 
 
 def _cpu_long_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
-    """Prefix (fully visible) + diagonal (square causal) blocks, merged by log-sum-exp."""
+    """Per query chunk: prefix (fully visible keys) + diagonal (square causal) block, both through
+    the fused flash kernel, merged exactly by their log-sum-exps."""
     lq, lk = q.shape[-2], k.shape[-2]
     offset = lk - lq
     ev = v.shape[-1]
     if ev != q.shape[-1]:  # the fused kernel wants one head size for q, k and v
         width = max(ev, q.shape[-1])
         q, k, v = (F.pad(t, (0, width - t.shape[-1])) for t in (q, k, v))
-    diag_out, diag_lse = _cpu_flash_with_lse(q, k[..., offset:, :], v[..., offset:, :], scale, True)
-    if offset == 0:
-        return diag_out[..., :ev]
-    pre_out, pre_lse = _cpu_flash_with_lse(q, k[..., :offset, :], v[..., :offset, :], scale, False)
-    top = torch.maximum(diag_lse, pre_lse).unsqueeze(-1)
-    w_diag = torch.exp(diag_lse.unsqueeze(-1) - top)
-    w_pre = torch.exp(pre_lse.unsqueeze(-1) - top)
-    return ((diag_out * w_diag + pre_out * w_pre) / (w_diag + w_pre))[..., :ev]
+    out = torch.empty_like(q)
+    callback = _progress.get()
+    for r0 in range(0, lq, QUERY_CHUNK):
+        r1 = min(lq, r0 + QUERY_CHUNK)
+        d0, d1 = offset + r0, offset + r1
+        qc = q[..., r0:r1, :]
+        diag_out, diag_lse = _cpu_flash_with_lse(qc, k[..., d0:d1, :], v[..., d0:d1, :], scale, True)
+        if d0 == 0:
+            out[..., r0:r1, :] = diag_out
+        else:
+            pre_out, pre_lse = _cpu_flash_with_lse(qc, k[..., :d0, :], v[..., :d0, :], scale, False)
+            top = torch.maximum(diag_lse, pre_lse).unsqueeze(-1)
+            w_diag = torch.exp(diag_lse.unsqueeze(-1) - top)
+            w_pre = torch.exp(pre_lse.unsqueeze(-1) - top)
+            out[..., r0:r1, :] = (diag_out * w_diag + pre_out * w_pre) / (w_diag + w_pre)
+        if callback is not None:
+            callback(r1, lq)
+    return out[..., :ev]
 
 
 def _cuda_long_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:

@@ -1,0 +1,28 @@
+# Quick start:  make demo   (set up, then add two 100000-digit numbers with the Theorem 5.1 transformer)
+#               make test   (set up, then run the proof checks)
+# The set-up installs the CPU torch wheel first (pinned: an unpinned torch pulls a multi-GB CUDA build).
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+BIN := $(VENV)/bin
+
+.PHONY: setup demo test bench figures
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check "$(TORCH_SPEC)"
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
+	touch $@
+
+demo: setup
+	$(BIN)/python -m constructions.addition --digits 100000
+
+test: setup
+	$(BIN)/python -m pytest
+
+bench: setup
+	$(BIN)/python bench/bench_addition.py
+
+figures: setup
+	$(BIN)/python -m lengthgen.plot all
