@@ -96,7 +96,7 @@ class TuringProgram:
         out, m = ev.column(self.output), ev.column(self.match)
         if monitor:
             for p in range(L + 1, len(trace) - 1):
-                _check_lookup(m[p], p, L, trace, self)
+                _check_lookup(m[p], p, L, self)
         return list(out[L + 1:])
 
     def greedy(self, prompt: Sequence[int], max_tokens: int, *, monitor: bool = True,
@@ -116,7 +116,7 @@ class TuringProgram:
         while len(trace) < max_tokens:
             nxt = inc.push(trace[-1])
             if monitor:
-                _check_lookup(m_col[-1], len(trace) - 1, L, trace, self)
+                _check_lookup(m_col[-1], len(trace) - 1, L, self)
             trace.append(nxt)
             if progress is not None:
                 progress.update(1)
@@ -134,19 +134,22 @@ def _tape_length(trace: Sequence[int], vocab: Vocab) -> int:
         raise ValueError("the trace has no SEP after c_0") from None
 
 
-def _check_lookup(m: int, p: int, L: int, trace: Sequence[int], tp: TuringProgram) -> None:
+def _check_lookup(m: int, p: int, L: int, tp: TuringProgram) -> None:
     """Monitor (§A.2.6): the lookup at p must land on the aligned key k* = p + 2 - (L + 1)."""
     k_star = p + 1 - L
     if m == k_star:
         return
     t, cell = divmod(p - (L + 1), L + 1)
-    what = ("matched a later key" if m > k_star
-            else "matched an earlier key" if m >= 0 else "found no matching key")
-    raise AmbiguousLookupError(
-        f"n-gram lookup is ambiguous at position {p} (predicting cell {cell} of configuration "
-        f"c_{t + 1}): it {what} (k={m}, aligned k*={k_star}); the configuration has a repeated "
-        f"{tp.ngram}-gram, so the premise of the theorem fails - raise --ngram or use an "
-        "address track", position=p)
+    where = f"at position {p} (predicting cell {cell} of configuration c_{t + 1})"
+    if m > k_star:
+        msg = (f"n-gram lookup is ambiguous {where}: it matched a later key (k={m}, aligned "
+               f"k*={k_star}) because c_{t + 1} repeats a {tp.ngram}-gram, so the premise of the "
+               "theorem fails; raise --ngram or use --address-track")
+    else:
+        found = f"matched an earlier key (k={m})" if m >= 0 else "found no matching key"
+        msg = (f"n-gram lookup missed the aligned key k*={k_star} {where}: it {found}; "
+               "the lookup or the trace prefix is wrong")
+    raise AmbiguousLookupError(msg, position=p)
 
 
 def compile_turing_machine(tm: TuringMachine, ngram: int, *, vocab: Vocab | None = None,

@@ -47,9 +47,11 @@ examples:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m rasp.turing", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Simulate a Turing machine in plain Python and with its compiled RASP "
-                    "Turing-Program simulator (program P), and compare the traces "
-                    "BOS c_0 SEP c_1 ... c_T EOS token for token.")
+        description="Simulate a Turing machine in plain Python and with its compiled RASP\n"
+                    "Turing-Program simulator (program P), and compare the traces\n"
+                    "BOS c_0 SEP c_1 ... c_T EOS token for token. Prints the steps, the trace\n"
+                    "length, the program's size and depth, whether the traces match, and the\n"
+                    "final tape.")
     p.add_argument("--machine", required=True, metavar="NAME|PATH.json",
                    help="library machine, random:SEED[:STATES:SYMBOLS], or a JSON spec file")
     p.add_argument("--input", required=True, metavar="TEXT", help="the input (initial tape)")
