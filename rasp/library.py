@@ -175,11 +175,13 @@ def sample_machine(*, n_states: int = 4, n_symbols: int = 6, halt_prob: float = 
                    tape: Sequence[str] | None = None, tape_len: tuple[int, int] = (4, 16),
                    max_steps: int = 200, min_steps: int = 1, ngram: int | None = None,
                    seed: int = 0, max_tries: int = 1000) -> Sample:
-    """Rejection sampling (§A.3.4): seeds ``seed, seed+1, ...`` until a machine halts within
-    ``max_steps`` after at least ``min_steps`` steps and (when ``ngram`` is given) its trace
-    has no repeated ``ngram``-gram. ``tape=None`` draws a random input per try."""
+    """Rejection sampling (§A.3.4): machine seeds drawn from a stream seeded by ``seed``
+    until a machine halts within ``max_steps`` after at least ``min_steps`` steps and (when
+    ``ngram`` is given) its trace has no repeated ``ngram``-gram. ``tape=None`` draws a random
+    input per try. Different ``seed`` values give independent streams."""
+    stream = random.Random(seed)
     for tries in range(1, max_tries + 1):
-        s = seed + tries - 1
+        s = stream.getrandbits(32)
         tm = random_machine(n_states, n_symbols, halt_prob, s)
         rng = random.Random(~s)
         cells = list(tape) if tape is not None else [

@@ -30,8 +30,9 @@ machines:
   increment         binary +1, input "1011"
   parity            rasp/specs/parity.json, input "1011_" (writes E/O on the trailing blank)
   random:SEED[:STATES:SYMBOLS]
-                    the first random machine from SEED on that halts on the input
-                    (rejection sampling; default 4 states, 6 symbols "0".."5")
+                    the first random machine from SEED on that halts on the input after
+                    at least min(cells, 10) steps (rejection sampling; default 4 states,
+                    6 symbols "0".."5", halting probability 0.1 per transition)
   PATH.json         {"states", "start", "halt", "alphabet", "blank", "head", "transitions"}
                     with transitions [[state, read, next_state, write, "L"|"R"], ...];
                     input: one character per cell, or symbols separated by spaces
@@ -92,8 +93,10 @@ def resolve(spec: str, text: str, max_steps: int) -> _Resolved:
         if len(parts) not in (1, 3):
             raise RASPError(f"--machine {spec!r}: expected random:SEED or random:SEED:STATES:SYMBOLS")
         tape = random_machine(states, symbols, 0.1, seed).parse_tape(text)  # alphabet only
+        # prefer runs of at least min(L, 10) steps; a short step budget keeps rejection cheap
         sample = sample_machine(n_states=states, n_symbols=symbols, tape=tape, seed=seed,
-                                max_steps=max_steps, max_tries=200)
+                                min_steps=min(len(tape), 10, max_steps),
+                                max_steps=min(max_steps, 20 * len(tape) + 20), max_tries=2000)
         return _Resolved(sample.machine, tape, None)
     path = Path(spec)
     if path.suffix != ".json" and (SPEC_DIR / f"{spec}.json").is_file():
