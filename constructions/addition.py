@@ -86,11 +86,27 @@ def required_sharpness(n_tokens: int) -> float:
     return 0.5 * math.log(1000 * n_tokens)
 
 
+def hypercube_codes(ids: np.ndarray, P: int) -> np.ndarray:
+    """Rows v_p = ((−1)^{bit_i(p−1)})_{i<P} for p ≥ 1 and v_p = 0 for p ≤ 0 (§3.3; the offset p−1
+    and v_0 = 0 are reconstructed). ⟨v_p, v_q⟩ = P − 2·Hamming(p−1, q−1) for p, q ≥ 1."""
+    ids = np.asarray(ids, dtype=np.int64).reshape(-1, 1)
+    bits = ((ids - 1) >> np.arange(P, dtype=np.int64)) & 1
+    return np.where(ids >= 1, 1 - 2 * bits, 0).astype(np.int8)
+
+
 def hypercube_code(p: int, P: int) -> list[int]:
-    """v_p = ((−1)^{bit_i(p−1)})_{i<P} for p ≥ 1; v_0 (and v_{−1}) = 0 (§3.3, reconstructed offset)."""
-    if p <= 0:
-        return [0] * P
-    return [(-1) ** (((p - 1) >> i) & 1) for i in range(P)]
+    """v_p for one ID (see :func:`hypercube_codes`)."""
+    return hypercube_codes(np.array([p]), P)[0].tolist()
+
+
+def position_table(d_model: int, n_positions: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """W_pos: row p holds v_p in POS_1 and v_{p−1} in POS_2 (§3.2–3.3), for IDs 0 .. n_positions−1."""
+    basis, P = residual_basis(d_model), position_dims(d_model)
+    ids = np.arange(n_positions)
+    table = torch.zeros(n_positions, d_model, dtype=dtype)
+    table[:, basis.block("POS_1")] = torch.from_numpy(hypercube_codes(ids, P)).to(dtype)
+    table[:, basis.block("POS_2")] = torch.from_numpy(hypercube_codes(ids - 1, P)).to(dtype)
+    return table
 
 
 def residual_basis(d_model: int) -> NamedBasis:
@@ -111,16 +127,17 @@ def mlp_basis() -> NamedBasis:
 
 
 def weight_entries(
-    d_model: int, M: Any, n_positions: int, sqrt: Callable[[Any], Any] = math.sqrt,
+    d_model: int, M: Any, n_positions: int | None, sqrt: Callable[[Any], Any] = math.sqrt,
     number: Callable[[float], Any] = float,
 ) -> dict[str, MatrixBuilder]:
     """Every weight of the construction as named entries. ``sqrt``/``number`` let exact-arithmetic
-    checks pass sympy functions (e.g. ``sympy.sqrt`` and ``sympy.nsimplify``)."""
+    checks pass sympy functions (e.g. ``sympy.sqrt`` and ``sympy.nsimplify``). ``W_pos`` is included
+    when ``n_positions`` is given (entry by entry: meant for short tables; ``build_model`` uses the
+    vectorized :func:`position_table`, which holds the same numbers)."""
     resid = residual_basis(d_model)
     P = position_dims(d_model)
     head, mlp = head_basis(P), mlp_basis()
     vocab = NamedBasis([(t, None) for t in ADDITION.vocab])
-    ids = NamedBasis([(f"id{p}", None) for p in range(n_positions)])
     W: dict[str, MatrixBuilder] = {}
 
     W_E = W["W_E"] = MatrixBuilder(vocab, resid)
@@ -130,13 +147,12 @@ def weight_entries(
             W_E.add(tok, "NUM", int(tok))
     W_E.add("$", "IS_BOS", 1)
 
-    W_pos = W["W_pos"] = MatrixBuilder(ids, resid)
-    for p in range(n_positions):
-        for i, (own, prev) in enumerate(zip(hypercube_code(p, P), hypercube_code(p - 1, P))):
-            if own:
-                W_pos.add(f"id{p}", f"POS_1[{i}]", own)
-            if prev:
-                W_pos.add(f"id{p}", f"POS_2[{i}]", prev)
+    if n_positions is not None:
+        ids = NamedBasis([(f"id{p}", None) for p in range(n_positions)])
+        W_pos = W["W_pos"] = MatrixBuilder(ids, resid)
+        table = position_table(d_model, n_positions)
+        for p, j in torch.nonzero(table).tolist():
+            W_pos.add(f"id{p}", resid.labels[j], int(table[p, j]))
 
     for h, query_block in enumerate(("POS_2", "POS_1")):
         W[f"W_Q{h}"] = MatrixBuilder(resid, head).add_block(query_block, "pos", sqrt(M)).add("FULL_ONES", "sink", sqrt(M * P))
@@ -218,7 +234,7 @@ def build_model(
         n_ctx=n_positions, positional="learned", attn_scale=1.0, act_fn="relu", normalization=None,
         dtype=str(dtype).removeprefix("torch."),
     )
-    W = weight_entries(d_model, M, n_positions)
+    W = weight_entries(d_model, M, None)
     annotations = Annotations(
         residual=residual_basis(d_model).labels, head_dims=[head_basis(P).labels] * 2, head_names=list(HEAD_NAMES), mlp=mlp_basis().labels,
         vocab=list(ADDITION.vocab), notes=NOTES,
@@ -227,7 +243,7 @@ def build_model(
     model = Transformer(cfg, annotations)
     with torch.no_grad():
         model.embed.W_E.copy_(W["W_E"].tensor(dtype))
-        model.pos_embed.W_pos.copy_(W["W_pos"].tensor(dtype))
+        model.pos_embed.W_pos.copy_(position_table(d_model, n_positions, dtype))
         attn = model.blocks[0].attn
         for h in range(2):
             attn.W_Q[h].copy_(W[f"W_Q{h}"].tensor(dtype))
@@ -312,7 +328,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 __all__ = [
-    "CapacityError", "add", "add_many", "build_model", "d_model_for", "hypercube_code", "max_digits_for",
+    "CapacityError", "add", "add_many", "build_model", "d_model_for", "hypercube_code", "hypercube_codes",
+    "position_table", "max_digits_for",
     "position_dims", "required_sharpness", "weight_entries", "coupled_addition_ids", "digits_of",
 ]
 

@@ -252,3 +252,20 @@ def test_gpu_long_operands(n: int) -> None:
     pairs.append((int(digits()), int(digits())))
     for a, b in pairs:
         assert teacher_sum(model, a, b) == a + b
+
+
+def test_hypercube_code_and_position_table() -> None:
+    """v_p matches the bit definition; distinct IDs differ in at least one sign (inner product <= P-2)."""
+    from constructions.addition import hypercube_code, position_table, weight_entries
+
+    P = 4
+    for p in range(1, 2**P + 1):
+        assert hypercube_code(p, P) == [1 - 2 * (((p - 1) >> i) & 1) for i in range(P)]
+    codes = [hypercube_code(p, P) for p in range(1, 2**P + 1)]
+    for x in range(len(codes)):
+        for y in range(len(codes)):
+            dot = sum(u * v for u, v in zip(codes[x], codes[y]))
+            assert dot == P if x == y else dot <= P - 2
+    assert hypercube_code(0, P) == [0] * P
+    table = position_table(17 + 2 * P, 2**P + 1)
+    assert torch.equal(table, weight_entries(17 + 2 * P, 1.0, 2**P + 1)["W_pos"].tensor())
