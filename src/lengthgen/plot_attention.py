@@ -70,8 +70,7 @@ def role_labels(n: int) -> list[str]:
 def _heatmap(ax, att: np.ndarray, xlabels: list[str], ylabels: list[str], title: str, annotate: bool, fontsize: float):
     import matplotlib.pyplot as plt
 
-    cmap = plt.get_cmap(CMAP).copy()
-    cmap.set_bad("black")
+    cmap = plt.get_cmap(CMAP).with_extremes(bad="black")
     masked = np.ma.masked_less(att, MASK_BELOW)
     im = ax.imshow(masked, cmap=cmap, vmin=0.0, vmax=1.0, interpolation="nearest", aspect="equal")
     ax.set_xticks(range(len(xlabels)), xlabels, fontsize=fontsize)

@@ -74,6 +74,11 @@ class TrainConfig:
     data_seed: int = 0
     checkpoint_every: int = 500
     log_every: int = 50
+    embed_std: float = 0.02  # init std of W_E and W_pos (the authors' T5 uses N(0, 1) for both)
+    attn_scale: float | None = None  # None: sqrt(d_head); 1.0: unscaled scores (as in the authors' T5)
+    val_digits: str | None = None  # e.g. "6-15": exact match on these lengths logged every val_every steps
+    val_every: int = 250
+    val_samples: int = 200
 
     def validate(self) -> None:
         get_task(self.task)
@@ -87,6 +92,10 @@ class TrainConfig:
                 raise DataError(f"--{name.replace('_', '-')} must be at least 1")
         if self.lr <= 0 or not 0 <= self.min_lr_ratio <= 1 or not 0 <= self.warmup < 1:
             raise DataError("need lr > 0, 0 <= min-lr-ratio <= 1 and 0 <= warmup < 1")
+        if self.val_digits is not None:
+            vlo, vhi = parse_digit_range(self.val_digits)
+            if self.positions in ("coupled", "ape") and vhi > self.max_digits:
+                raise DataError(f"--val-digits {self.val_digits} exceeds --max-digits {self.max_digits}")
         if self.positions == "hard-alibi" and self.window < 1:
             raise DataError("--window must be at least 1")
 
@@ -100,7 +109,7 @@ class TrainConfig:
             d_head=self.d_head or self.d_model // self.heads, d_mlp=self.d_mlp or 4 * self.d_model,
             n_ctx=table_size(self.positions, self.max_digits),
             positional="learned" if self.positions in ("coupled", "ape") else "none",
-            act_fn=self.act_fn, normalization=self.normalization, attn_windows=windows,
+            act_fn=self.act_fn, normalization=self.normalization, attn_windows=windows, attn_scale=self.attn_scale,
         )
 
 
@@ -111,12 +120,13 @@ def build_model(cfg: TrainConfig) -> Transformer:
              f"{NOTE_PREFIX}train_digits": cfg.train_digits}
     title = f"{cfg.task}, {cfg.positions} positions, {cfg.layers} layer(s) x {cfg.heads} heads, d={cfg.d_model}"
     model = Transformer(cfg.model_config(), Annotations(vocab=list(get_task(cfg.task).vocab), notes=notes, title=title))
-    init_weights_(model, cfg.seed)
+    init_weights_(model, cfg.seed, embed_std=cfg.embed_std)
     return model
 
 
-def init_weights_(model: Transformer, seed: int, std: float = 0.02) -> Transformer:
-    """GPT-2 style init: weights N(0, std) (output projections std/√(2·layers)), biases 0, LN 1/0.
+def init_weights_(model: Transformer, seed: int, std: float = 0.02, embed_std: float | None = None) -> Transformer:
+    """GPT-2 style init: weights N(0, std) (output projections std/√(2·layers)), biases 0, LN 1/0;
+    token and position embeddings N(0, ``embed_std``) (default ``std``).
 
     Deterministic in ``seed`` (own generator, parameters in ``named_parameters`` order)."""
     gen = torch.Generator().manual_seed(seed)
@@ -130,6 +140,8 @@ def init_weights_(model: Transformer, seed: int, std: float = 0.02) -> Transform
                 p.zero_()
             else:
                 s = out_std if leaf in ("W_O", "W_out") else std
+                if leaf in ("W_E", "W_pos") and embed_std is not None:
+                    s = embed_std
                 p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64).to(p.dtype) * s)
     return model
 
@@ -160,6 +172,15 @@ def masked_loss(model: Transformer, tokens: torch.Tensor, pos: torch.Tensor | No
         tok_acc = ((logits.argmax(-1) == targets) & mask).sum() / mask.sum()
         em = right.all(dim=1).float().mean()
     return loss, tok_acc, em
+
+
+def validate(model: Transformer, cfg: TrainConfig) -> dict[str, float]:
+    """Exact match per length on ``cfg.val_digits`` (logged only; never used to pick weights)."""
+    from .evaluate import evaluate
+
+    lo, hi = parse_digit_range(cfg.val_digits or "1")
+    rows = evaluate(model, cfg.positions, list(range(lo, hi + 1)), cfg.val_samples, seed=12345)
+    return {str(r["n"]): round(r["exact_match"], 4) for r in rows}
 
 
 class _StopFlag:
@@ -209,7 +230,7 @@ def train(cfg: TrainConfig, out: Path, *, resume: bool = False, stop_after: int 
         model = build_model(cfg).to(device)
         opt = make_optimizer(model, cfg)
         rng = np.random.default_rng(cfg.data_seed)
-        state = {"step": 0, "rng": rng.bit_generator.state, "log": [], "train_seconds": 0.0}
+        state = {"step": 0, "rng": rng.bit_generator.state, "log": [], "ema": {}, "train_seconds": 0.0}
     rng = np.random.default_rng()
     rng.bit_generator.state = state["rng"]
     lo, hi = parse_digit_range(cfg.train_digits)
@@ -228,7 +249,7 @@ def train(cfg: TrainConfig, out: Path, *, resume: bool = False, stop_after: int 
         bar = tqdm(total=cfg.steps, initial=start_step, desc=out.name, file=sys.stderr, dynamic_ncols=True,
                    mininterval=0.2 if sys.stderr.isatty() else 10.0)
     step, code = start_step, 0
-    ema: dict[str, float] = {}
+    ema: dict[str, float] = state.setdefault("ema", {})  # smoothed loss/accuracy, resumed with the run
     try:
         with _StopFlag() as stop:
             while step < cfg.steps:
@@ -244,7 +265,7 @@ def train(cfg: TrainConfig, out: Path, *, resume: bool = False, stop_after: int 
                 opt.step()
                 step += 1
                 vals = {"loss": loss.item(), "acc": tok_acc.item(), "em": em.item()}
-                ema = {k: v if k not in ema else 0.9 * ema[k] + 0.1 * v for k, v in vals.items()}
+                ema.update({k: v if k not in ema else 0.9 * ema[k] + 0.1 * v for k, v in vals.items()})
                 if step % cfg.log_every == 0 or step == cfg.steps:
                     state["log"].append({"step": step, "lr": lr, **{k: round(v, 5) for k, v in ema.items()},
                                          "seconds": round(seconds0 + time.perf_counter() - t0, 2)})
@@ -254,6 +275,12 @@ def train(cfg: TrainConfig, out: Path, *, resume: bool = False, stop_after: int 
                 if stop.signum is not None or (stop_after is not None and step - start_step >= stop_after):
                     code = INTERRUPTED
                     break
+                if cfg.val_digits and (step % cfg.val_every == 0 or step == cfg.steps):
+                    val = validate(model, cfg)
+                    state["log"].append({"step": step, "val_em": val})
+                    msg = f"step {step}: exact match " + " ".join(f"{k}:{v:.2f}" for k, v in val.items())
+                    bar.write(msg, file=sys.stderr) if bar is not None else print(msg, file=sys.stderr)
+                    model.train()
                 if step % cfg.checkpoint_every == 0 and step < cfg.steps:
                     snapshot(step)
             snapshot(step)
@@ -301,6 +328,11 @@ def parser() -> OneLineParser:
     p.add_argument("--data-seed", type=int, default=d.data_seed, help="data sampling seed")
     p.add_argument("--checkpoint-every", type=int, default=d.checkpoint_every)
     p.add_argument("--log-every", type=int, default=d.log_every)
+    p.add_argument("--embed-std", type=float, default=d.embed_std, help="init std of token/position embeddings")
+    p.add_argument("--attn-scale", type=float, default=None, help="divide q.k by this (default sqrt(d-head))")
+    p.add_argument("--val-digits", default=None, help="log exact match on these lengths during training, e.g. 6-15")
+    p.add_argument("--val-every", type=int, default=d.val_every)
+    p.add_argument("--val-samples", type=int, default=d.val_samples)
     p.add_argument("--out", required=True, help="run directory (e.g. runs/NAME)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out with its stored config")
     p.add_argument("--force", action="store_true", help="delete an existing run in --out and start afresh")

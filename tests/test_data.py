@@ -1,0 +1,124 @@
+"""lengthgen.data: vectorized addition batches (issue 6, items 1, 2 and 8)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+from lengthgen.data import (
+    DataError, add_digits, batch_from_operands, check_digits, eval_batch, layout, parse_digit_range,
+    sample_numbers, table_digits, table_size, training_batch,
+)
+from lengthgen.positions import coupled_addition_ids
+from lengthgen.tasks import ADDITION
+
+numbers = st.one_of(st.integers(0, 10**6), st.integers(0, 10**12), st.sampled_from([0, 9, 99, 999999, 10**9 - 1]))
+
+
+def digits_lsb(x: int, width: int) -> np.ndarray:
+    return np.array([int(c) for c in str(x).zfill(width)[::-1]], dtype=np.int64)
+
+
+@given(st.lists(st.tuples(numbers, numbers), min_size=1, max_size=6))
+def test_coupled_layout_equals_the_task_instance(pairs):
+    batch = batch_from_operands(pairs, "coupled")
+    T = batch.tokens.shape[1]
+    for row, (a, b) in enumerate(pairs):
+        inst = ADDITION.instance(a, b, start=2)
+        L = len(inst.tokens)
+        assert (batch.tokens[row, :L] == inst.tokens).all()
+        assert (batch.pos_ids[row, :L] == inst.pos_ids).all()
+        assert (batch.tokens[row, L:] == ADDITION.EOS).all() and (batch.pos_ids[row, L:] == 0).all()
+        # loss covers exactly the predictions of c_0..c_n and the final EOS
+        assert batch.loss_mask[row].sum() == inst.n + 2
+        targets = batch.tokens[row, 1:][batch.loss_mask[row]]
+        assert (targets == inst.answer_tokens).all()
+        assert T == 3 * int(batch.n.max()) + 5
+
+
+@given(st.lists(st.tuples(numbers, numbers), min_size=1, max_size=20))
+def test_add_digits_is_exact(pairs):
+    W = max(len(str(x)) for p in pairs for x in p)
+    a = np.stack([digits_lsb(x, W) for x, _ in pairs])
+    b = np.stack([digits_lsb(y, W) for _, y in pairs])
+    c = add_digits(a, b)
+    for row, (x, y) in enumerate(pairs):
+        assert int("".join(map(str, c[row][::-1]))) == x + y
+
+
+def test_long_carry_chains():
+    a = np.array([digits_lsb(10**40 - 1, 41), digits_lsb(5 * 10**39 + 10**20 - 1, 41)])
+    b = np.array([digits_lsb(1, 41), digits_lsb(5 * 10**39 + 1, 41)])
+    c = add_digits(a, b)
+    assert int("".join(map(str, c[0][::-1]))) == 10**40
+    assert int("".join(map(str, c[1][::-1]))) == 10**40 + 10**20
+
+
+def test_ape_and_nope_layouts():
+    ape = batch_from_operands([(653, 49), (5, 7)], "ape")
+    assert (ape.pos_ids[0, :14] == np.arange(14)).all() and (ape.pos_ids[0, 14:] == 0).all()
+    assert (ape.pos_ids[1, :8] == np.arange(8)).all()
+    for scheme in ("nope", "hard-alibi"):
+        b = batch_from_operands([(653, 49)], scheme)
+        assert b.pos_ids is None
+        assert (b.tokens == ape.tokens[:1]).all()
+
+
+def test_training_batch_shapes_lengths_and_ids():
+    rng = np.random.default_rng(0)
+    seen_ids, seen_n = set(), []
+    for _ in range(40):
+        b = training_batch(rng, 256, 1, 5, "coupled", n_ctx=18)
+        B, T = b.tokens.shape
+        assert B == 256 and T == 3 * int(b.n.max()) + 5 and b.loss_mask.shape == (B, T - 1)
+        assert b.n.min() >= 1 and b.n.max() <= 5
+        assert b.pos_ids.min() >= 0 and b.pos_ids.max() <= 17
+        seen_ids |= set(np.unique(b.pos_ids).tolist())
+        seen_n += b.n.tolist()
+        for row in range(0, B, 37):  # every row is a correct addition with coupled IDs at its own start
+            n = int(b.n[row])
+            s = int(b.pos_ids[row, 1])
+            assert 2 <= s <= 17 - n
+            assert (b.pos_ids[row, : 3 * n + 5] == coupled_addition_ids(n, s)).all()
+            text = ADDITION.decode(b.tokens[row, : 3 * n + 5])
+            x, rest = text[1:].split("+")
+            y, ans = rest.split("=")
+            assert int(ans[:-1][::-1]) == int(x) + int(y)
+    assert seen_ids == set(range(18))  # the random start trains every row of the table
+    # n = max of two independent uniform lengths on 1..5: P(n = k) = (2k - 1) / 25
+    freq = np.bincount(seen_n, minlength=6)[1:] / len(seen_n)
+    assert np.allclose(freq, (2 * np.arange(1, 6) - 1) / 25, atol=0.015)
+
+
+def test_sample_numbers_balanced():
+    rng = np.random.default_rng(1)
+    lengths = rng.integers(1, 6, size=20000)
+    d = sample_numbers(rng, lengths, 5)
+    lead = d[np.arange(len(d)), lengths - 1]
+    assert (lead[lengths >= 2] >= 1).all()
+    assert (lead[lengths == 1] == 0).any()  # 1-digit numbers include 0
+    col = np.arange(5)[None, :]
+    assert (d[col >= lengths[:, None]] == 0).all()
+
+
+def test_eval_batch_fixed_start_and_exact_length():
+    b1 = eval_batch(np.random.default_rng([999, 7]), 64, 7, "coupled")
+    b2 = eval_batch(np.random.default_rng([999, 7]), 64, 7, "coupled")
+    assert (b1.tokens == b2.tokens).all()
+    assert (b1.pos_ids == coupled_addition_ids(7, 2)[None, :]).all()
+    assert (b1.tokens[:, 1] != 0).all() and (b1.tokens[:, 9] != 0).all()  # both operands have 7 digits
+
+
+def test_digit_ranges_and_tables():
+    assert parse_digit_range("1-5") == (1, 5) and parse_digit_range("6") == (6, 6)
+    for bad in ("0-3", "5-1", "a", "1-2-3", ""):
+        with pytest.raises(DataError):
+            parse_digit_range(bad)
+    assert table_size("coupled", 15) == 18 and table_digits("coupled", 18) == 15
+    assert table_digits("ape", table_size("ape", 15)) == 15 and table_digits("nope", 1) is None
+    with pytest.raises(DataError, match="at most 15 digits"):
+        check_digits("coupled", 18, 16)
+    with pytest.raises(DataError, match="unknown position scheme"):
+        layout(np.zeros((1, 2), np.int64), np.zeros((1, 2), np.int64), np.array([2]), "rope")
+    with pytest.raises(DataError):
+        training_batch(np.random.default_rng(0), 4, 1, 16, "coupled", n_ctx=18)

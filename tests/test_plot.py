@@ -1,0 +1,106 @@
+"""lengthgen.plot: the figure commands write valid images from tiny models (issue 6, items 6 and 8)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from lengthgen.plot import main
+from lengthgen.plot_attention import answer_rows, match_heads, role_labels
+from lengthgen.train import TrainConfig, train
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, Path]:
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("plot")
+    out = {}
+    for scheme in ("coupled", "nope"):
+        cfg = TrainConfig(positions=scheme, d_model=32, d_mlp=64, batch_size=32, train_digits="1-3", max_digits=6,
+                          steps=15, checkpoint_every=1000)
+        assert train(cfg, root / scheme, progress=False) == 0
+        out[scheme] = root / scheme
+    return out
+
+
+def assert_images(png: Path) -> None:
+    import matplotlib.image as mpimg
+
+    assert png.read_bytes()[:8] == PNG_MAGIC
+    img = mpimg.imread(png)
+    assert img.ndim == 3 and min(img.shape[:2]) > 300
+    assert img[..., :3].std() > 0.05  # not a blank canvas
+    assert png.with_suffix(".pdf").read_bytes()[:5] == b"%PDF-"
+
+
+def test_attention_figure_from_a_tiny_model(runs, tmp_path, capsys):
+    out = tmp_path / "att.png"
+    assert main(["attention", "--construction", "addition", "--checkpoint", str(runs["coupled"]), "--digits", "4",
+                 "--samples", "30", "--out", str(out), "--no-progress"]) == 0
+    assert_images(out)
+    printed = capsys.readouterr().out
+    assert printed.count("cosine similarity") == 2 and "head 1: addition without carry <-> trained layer 1" in printed
+    before = out.read_bytes()
+    assert main(["attention", "--checkpoint", str(runs["coupled"]), "--digits", "4", "--samples", "5",
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "already exist" in err[0]
+    assert out.read_bytes() == before
+
+
+def test_length_figure_and_results(runs, tmp_path, capsys):
+    out, res = tmp_path / "len.png", tmp_path / "res.json"
+    assert main(["length", "--checkpoint", f"coupled={runs['coupled']}", "--checkpoint", f"nope={runs['nope']}",
+                 "--construction", "addition", "--digits", "1-8", "--samples", "20", "--out", str(out),
+                 "--results", str(res), "--no-progress"]) == 0
+    assert_images(out)
+    data = json.loads(res.read_text())["models"]
+    assert [r["n"] for r in data["coupled"]["results"]] == list(range(1, 7))  # the table holds 6 digits
+    assert [r["n"] for r in data["nope"]["results"]] == list(range(1, 9))  # NoPE: no table
+    assert all(r["exact_match"] == 1.0 for r in data["Theorem 5.1 construction"]["results"])
+    assert data["coupled"]["train_seconds"] > 0 and data["coupled"]["steps"] == 15
+
+
+def test_bad_plot_input(runs, tmp_path, capsys):
+    def err_line() -> str:
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "Traceback" not in err[0], err
+        return err[0]
+
+    assert main(["attention", "--checkpoint", str(tmp_path / "none"), "--out", str(tmp_path / "a.png")]) == 2
+    assert "no such checkpoint" in err_line()
+    assert main(["attention", "--checkpoint", str(runs["coupled"]), "--digits", "9", "--out", str(tmp_path / "a.png")]) == 2
+    assert "position table" in err_line()
+    assert main(["length", "--out", str(tmp_path / "l.png")]) == 2
+    assert "nothing to plot" in err_line()
+    assert main(["length", "--construction", "addition", "--out", str(tmp_path / "l.txt")]) == 2
+    assert ".png or .pdf" in err_line()
+    with pytest.raises(SystemExit) as exc:
+        main(["scatter"])
+    assert exc.value.code == 2
+    err_line()
+    assert not list(tmp_path.iterdir())
+
+
+def test_head_matching_recovers_a_permutation():
+    rng = np.random.default_rng(0)
+    n, T = 4, 3 * 4 + 5
+    cons = rng.random((2, T, T))
+    trained = np.stack([cons[1] + 0.05 * rng.random((T, T)), cons[0]])[None]  # heads swapped, one noisy
+    m = match_heads(cons, trained, n)
+    assert [(x.head, x.layer, x.trained_head) for x in m] == [(0, 0, 1), (1, 0, 0)]
+    assert m[0].answer_similarity == pytest.approx(1.0) and 0.95 < m[1].answer_similarity < 1.0
+    with pytest.raises(ValueError):
+        match_heads(cons, trained[:, :1], n)
+
+
+def test_labels_and_answer_rows():
+    labels = role_labels(3)
+    assert len(labels) == 3 * 3 + 4 and labels[0] == "BOS" and labels[4] == "+" and labels[8] == "="
+    rows = answer_rows(3)
+    assert labels[rows] == ["=", "$c_{0}$", "$c_{1}$", "$c_{2}$", "$c_{3}$"]

@@ -1,0 +1,163 @@
+"""lengthgen.train: loss goes down, bit-exact resume, checkpoints, Ctrl-C, bad input (issue 6, items 3, 8)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from lengthgen.runs import latest_checkpoint, load_trained
+from lengthgen.train import TrainConfig, build_model, lr_at, main, train
+from lengthgen.weights import load_model
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["--d-model", "32", "--d-mlp", "64", "--batch-size", "32", "--train-digits", "1-3", "--max-digits", "6",
+        "--no-progress", "--threads", "1"]
+
+
+def tiny_cfg(**kw) -> TrainConfig:
+    base = dict(d_model=32, d_mlp=64, batch_size=32, train_digits="1-3", max_digits=6, steps=12,
+                checkpoint_every=4, log_every=1)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def state_of(run: Path) -> tuple[dict, dict, dict]:
+    ck = latest_checkpoint(run)
+    from safetensors.torch import load_file
+
+    return (load_file(str(ck / "model.safetensors")), load_file(str(ck / "optimizer.safetensors")),
+            json.loads((ck / "state.json").read_text()))
+
+
+def test_a_few_steps_reduce_the_loss(tmp_path):
+    torch.set_num_threads(1)
+    assert train(tiny_cfg(steps=60, lr=3e-3), tmp_path / "r", progress=False) == 0
+    log = json.loads((latest_checkpoint(tmp_path / "r") / "state.json").read_text())["log"]
+    first, last = np.mean([e["loss"] for e in log[:3]]), np.mean([e["loss"] for e in log[-3:]])
+    assert last < 0.8 * first, (first, last)
+    model, notes, _ = load_trained(tmp_path / "r")
+    assert notes == {"task": "addition", "positions": "coupled", "train_digits": "1-3"}
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["steps"] == 60 and summary["train_seconds"] > 0
+
+
+def test_resume_reproduces_an_uninterrupted_run_bit_for_bit(tmp_path):
+    torch.set_num_threads(1)
+    cfg = tiny_cfg(steps=12, checkpoint_every=100)
+    assert train(cfg, tmp_path / "straight", progress=False) == 0
+    assert train(cfg, tmp_path / "split", stop_after=5, progress=False) == 130
+    assert latest_checkpoint(tmp_path / "split").name == "step_0000005"
+    assert train(TrainConfig(), tmp_path / "split", resume=True, stop_after=4, progress=False) == 130  # cfg from run.json
+    assert train(TrainConfig(), tmp_path / "split", resume=True, progress=False) == 0
+    (wa, oa, sa), (wb, ob, sb) = state_of(tmp_path / "straight"), state_of(tmp_path / "split")
+    assert wa.keys() == wb.keys() and oa.keys() == ob.keys()
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    assert all(torch.equal(oa[k], ob[k]) for k in oa)
+    assert sa["rng"] == sb["rng"] and sa["step"] == sb["step"] == 12
+    assert [e["loss"] for e in sa["log"]] == [e["loss"] for e in sb["log"]]
+    # a different data seed really gives different weights (the comparison above can fail)
+    assert train(tiny_cfg(steps=12, data_seed=1), tmp_path / "other", progress=False) == 0
+    wc = state_of(tmp_path / "other")[0]
+    assert not all(torch.equal(wa[k], wc[k]) for k in wa)
+
+
+def test_position_schemes_build_the_right_models():
+    coupled = build_model(tiny_cfg(positions="coupled"))
+    ape = build_model(tiny_cfg(positions="ape"))
+    nope = build_model(tiny_cfg(positions="nope"))
+    alibi = build_model(tiny_cfg(positions="hard-alibi", heads=4, window=3))
+    assert coupled.cfg.n_ctx == 9 and coupled.cfg.positional == "learned"
+    assert ape.cfg.n_ctx == 23 and nope.cfg.positional == "none" and not hasattr(nope.pos_embed, "W_pos")
+    assert alibi.cfg.attn_windows == [3, 3, None, None] and alibi.cfg.positional == "none"
+    w = coupled.blocks[0].attn.W_Q
+    assert 0.01 < float(w.detach().std()) < 0.03  # trained init, not the model's zeros
+    assert torch.equal(build_model(tiny_cfg()).blocks[0].attn.W_Q, w)  # seeded
+    assert not torch.equal(build_model(tiny_cfg(seed=1)).blocks[0].attn.W_Q, w)
+
+
+def test_lr_schedule_warms_up_then_decays_to_the_floor():
+    cfg = TrainConfig(steps=1000, lr=1e-3, warmup=0.02, min_lr_ratio=0.1)
+    lrs = [lr_at(s, cfg) for s in range(1000)]
+    assert lrs[0] == pytest.approx(1e-3 / 20) and lrs[19] == pytest.approx(1e-3)
+    assert all(a >= b for a, b in zip(lrs[19:], lrs[20:]))
+    assert lrs[-1] == pytest.approx(1e-4, rel=1e-3)
+
+
+def one_error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0], err
+    return err[0]
+
+
+def test_bad_input_is_one_line_exit_2_and_nothing_is_lost(tmp_path, capsys):
+    def run(*args: str) -> int:
+        return main([*TINY, *args])
+
+    out = tmp_path / "run"
+    assert run("--positions", "rope", "--out", str(out)) == 2
+    assert "unknown position scheme" in one_error_line(capsys)
+    assert run("--task", "sorting", "--out", str(out)) == 2
+    assert "unknown task" in one_error_line(capsys)
+    assert run("--train-digits", "1-9", "--out", str(out)) == 2
+    assert "exceeds --max-digits" in one_error_line(capsys)
+    with pytest.raises(SystemExit) as exc:
+        run("--steps", "many", "--out", str(out))
+    assert exc.value.code == 2
+    one_error_line(capsys)
+    assert not out.exists()
+    assert run("--steps", "3", "--out", str(out)) == 0
+    capsys.readouterr()
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert run("--steps", "3", "--out", str(out)) == 2
+    assert "already exists" in one_error_line(capsys)
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    stranger = tmp_path / "notes"
+    stranger.mkdir()
+    (stranger / "keep.txt").write_text("mine")
+    assert run("--steps", "3", "--out", str(stranger), "--force") == 2
+    assert "not a lengthgen run" in one_error_line(capsys)
+    assert (stranger / "keep.txt").read_text() == "mine"
+    assert run("--resume", "--out", str(tmp_path / "nothing")) == 2
+    assert "nothing to resume" in one_error_line(capsys)
+    (latest_checkpoint(out) / "optimizer.safetensors").write_bytes(b"garbage")
+    assert run("--resume", "--out", str(out)) == 2
+    assert "optimizer" in one_error_line(capsys)
+    assert run("--steps", "4", "--out", str(out), "--force") == 0  # --force replaces the run
+    assert json.loads((out / "summary.json").read_text())["steps"] == 4
+
+
+def test_ctrl_c_saves_a_loadable_checkpoint(tmp_path):
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lengthgen.train", "--steps", "1000000", "--checkpoint-every", "3", "--out", str(out), *TINY],
+        env=env, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        deadline = time.time() + 60
+        while not (out / "latest.json").exists():
+            assert proc.poll() is None, proc.stderr.read()
+            assert time.time() < deadline, "no checkpoint within 60 s"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    err = proc.stderr.read()
+    assert code == 130, err
+    assert "interrupted at step" in err and "Traceback" not in err
+    step = json.loads((out / "latest.json").read_text())["step"]
+    assert 3 <= step < 1000000
+    ck = latest_checkpoint(out)
+    assert json.loads((ck / "state.json").read_text())["step"] == step
+    model = load_model(ck / "model.safetensors")
+    assert model.cfg.d_model == 32 and not (out / "model.safetensors").exists()  # not marked finished
+    assert not list((out / "checkpoints").glob(".*"))  # no temporary leftovers
