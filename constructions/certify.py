@@ -1,0 +1,256 @@
+"""``python -m constructions.certify {bound,margins,exact,precision}`` — proofs, not samples, for
+Theorem 5.1's addition transformer (issue 3; design note shared/design/theorem-5-1-addition.md §2,
+§3.9, §9).
+
+* ``bound``: n_max(d) = 2^⌊(d−17)/2⌋ − 2, derived from the construction's own layout (§2).
+* ``margins``: an all-inputs certificate at operand length N, with the float term of the dtype,
+  and the smallest M for which it holds (:mod:`constructions.certify_margins`).
+* ``exact``: the construction in exact rational arithmetic with hard-max attention
+  (:mod:`constructions.certify_exact`).
+* ``precision``: the largest exact operand length per float format and width
+  (:mod:`constructions.precision`).
+
+Bad input (unknown subcommand, d < 21, digits ≤ 0, digits beyond n_max(d)) prints one line on
+stderr and exits 2.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass
+from decimal import ROUND_HALF_EVEN, Decimal
+from pathlib import Path
+
+try:  # running from a checkout without `pip install -e .`
+    import lengthgen  # noqa: F401
+except ModuleNotFoundError:  # pragma: no cover - depends on the environment
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from lengthgen.positions import coupled_addition_ids
+
+from .addition import START_ID, CapacityError, hypercube_code, residual_basis
+
+sys.set_int_max_str_digits(0)
+POSITION_BLOCKS = ("POS_1", "POS_2")
+
+
+@dataclass(frozen=True)
+class BoundDerivation:
+    """Theorem 5.1's length bound for width d, with every ingredient read from the construction."""
+
+    d_model: int
+    token_dims: int
+    token_blocks: tuple[str, ...]
+    P: int
+    unused: int
+    alphabet: tuple[int, ...]
+    n_codes: int
+    ids_slope: int
+    ids_offset: int
+
+    @property
+    def n_max(self) -> int:
+        """Largest n with ids_slope·n + ids_offset ≤ n_codes: every ID the format uses needs its own code."""
+        return (self.n_codes - self.ids_offset) // self.ids_slope
+
+
+def derive_bound(d_model: int) -> BoundDerivation:
+    """n_max(d) from the layout (§2): residual_basis gives the 17 token dimensions and P position
+    dimensions per block; hypercube_code's coordinates take |alphabet| = 2 values on non-zero IDs
+    (ID 0 = ``$`` is the zero vector), so there are 2^P distinct codes (bit i of p − 1 sets
+    coordinate i, every sign pattern occurs once in p = 1 … 2^P); coupled_addition_ids shows an
+    n-digit addition uses n + 2 distinct non-zero IDs (s − 1 … s + n). Raises CapacityError for
+    d < 21."""
+    basis = residual_basis(d_model)
+    P = len(basis.block("POS_1"))
+    if len(basis.block("POS_2")) != P:
+        raise AssertionError("POS_1 and POS_2 differ in size")
+    token_blocks = tuple(b for b in basis.block_names if b not in POSITION_BLOCKS + ("UNUSED",))
+    token_dims = sum(len(basis.block(b)) for b in token_blocks)
+    unused = len(basis.block("UNUSED")) if "UNUSED" in basis.block_names else 0
+    probe = range(1, 2 ** min(P, 4) + 1)
+    alphabet = tuple(sorted({c for p in probe for c in hypercube_code(p, P)}))
+    if 0 in alphabet or any(hypercube_code(0, P)):
+        raise AssertionError("non-zero IDs must get non-zero codes and ID 0 the zero vector")
+    used = [len(set(coupled_addition_ids(n, START_ID).tolist()) - {0}) for n in (1, 2, 3)]
+    slope, offset = used[1] - used[0], used[0] - (used[1] - used[0])
+    if used[2] != 3 * slope + offset or slope <= 0:
+        raise AssertionError(f"the number of IDs is not affine in n: {used}")
+    return BoundDerivation(d_model, token_dims, token_blocks, P, unused, alphabet, len(alphabet) ** P, slope, offset)
+
+
+def n_max(d_model: int) -> int:
+    return derive_bound(d_model).n_max
+
+
+def scientific(value: int, digits: int = 3) -> str:
+    """``2.26 × 10^74`` (``digits`` significant digits, round half to even)."""
+    text = str(value)
+    if len(text) <= digits:
+        return text
+    exp = len(text) - 1
+    mant = (Decimal(text[: digits + 2]) / Decimal(10) ** (digits + 1)).quantize(
+        Decimal(1).scaleb(-(digits - 1)), rounding=ROUND_HALF_EVEN)
+    if mant >= 10:
+        mant, exp = mant / 10, exp + 1
+    return f"{mant} × 10^{exp}"
+
+
+def bound_lines(d_model: int) -> list[str]:
+    b = derive_bound(d_model)
+    value = b.n_max
+    blocks = ", ".join(f"{name}×{len(residual_basis(d_model).block(name))}" if len(residual_basis(d_model).block(name)) > 1
+                       else name for name in b.token_blocks)
+    spare = f" + {b.unused} unused" if b.unused else ""
+    const = b.n_codes - value
+    return [
+        f"d_model = {d_model}: {b.token_dims} token dimensions ({blocks}) + 2·P position dimensions{spare}",
+        f"  P = ⌊({d_model} − {b.token_dims})/2⌋ = {b.P} dimensions per position block (POS_1, POS_2)",
+        f"  hypercube codes: coordinates take the values {set(b.alphabet)} on non-zero IDs -> "
+        f"{len(b.alphabet)}^{b.P} = {scientific(b.n_codes) if b.n_codes > 10**6 else b.n_codes} distinct codes "
+        "(ID 0 = '$' keeps the zero vector)",
+        f"  an n-digit addition uses {b.ids_slope}·n + {b.ids_offset} distinct non-zero IDs "
+        f"(s−1 … s+n, read from coupled_addition_ids)",
+        f"n_max({d_model}) = 2^{b.P} − {const} = {value}",
+        f"             ≈ {scientific(value)}",
+    ]
+
+
+def table_lines(d_min: int = 21, d_max: int = 1024) -> list[str]:
+    lines = [f"{'d':>5} {'P':>4}  n_max(d) = 2^P − 2"]
+    for d in range(d_min, d_max + 1):
+        b = derive_bound(d)
+        v = b.n_max
+        lines.append(f"{d:>5} {b.P:>4}  {v if v < 10**15 else '≈ ' + scientific(v)}")
+    return lines
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports bad input in one line (no usage block) and exits 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        sys.stderr.write(f"certify: error: {message}\n")
+        raise SystemExit(2)
+
+
+def _bad(message: str) -> int:
+    sys.stderr.write(f"certify: error: {message}\n")
+    return 2
+
+
+def _check_d(d: int) -> str | None:
+    if d < 21:
+        return f"--d-model must be at least 21 (17 token dimensions + 2·2 position dimensions), got {d}"
+    return None
+
+
+def _check_digits(n: int, d: int | None) -> str | None:
+    from .addition import d_model_for
+
+    if n <= 0:
+        return f"--digits must be a positive integer, got {n}"
+    if d is not None and n > n_max(d):
+        return (f"--digits {n} exceeds n_max({d}) = 2^{derive_bound(d).P} − 2 = {n_max(d)}; "
+                f"use --d-model {d_model_for(n)} or more")
+    return None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m constructions.certify", description=__doc__.split("\n\n")[0],
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="{bound,margins,exact,precision}")
+    b = sub.add_parser("bound", help="Theorem 5.1's length bound n_max(d), derived from the layout",
+                       description="Print n_max(d) = 2^⌊(d−17)/2⌋ − 2 exactly and rounded, derived from the "
+                       "construction's layout (token dimensions, position blocks, hypercube codes, IDs of the format).")
+    b.add_argument("--d-model", type=int, default=512, help="embedding dimension d (default 512, the paper's example)")
+    b.add_argument("--table", action="store_true", help="print the bound for every d from 21 to --max-d")
+    b.add_argument("--max-d", type=int, default=1024, help="last d of --table (default 1024)")
+    m = sub.add_parser("margins", help="all-inputs certificate at operand length N (+ float term, smallest M)",
+                       description="Certify, for every input of N digits and every answer position, that the "
+                       "softmax leak and the rounding of the chosen dtype stay inside the FFN's decision margins; "
+                       "report each bound and margin and the smallest M that still certifies. Exit 0 only on PASS.")
+    m.add_argument("--digits", type=int, required=True, help="operand length N (1 ≤ N ≤ n_max(d))")
+    m.add_argument("--d-model", type=int, help="embedding dimension (default: smallest that fits N)")
+    m.add_argument("--M", type=float, help="attention sharpness (default: build_model's ½·ln(1000·(3N+5)))")
+    m.add_argument("--dtype", default="float32", choices=["float64", "float32", "bfloat16", "float16", "real"],
+                   help="dtype of the model and of the float term; 'real' = float64 weights, no float term "
+                   "(default float32)")
+    m.add_argument("--no-search", action="store_true", help="skip the smallest-M bisection")
+    m.add_argument("--rel-tol", type=float, default=5e-3, help="relative tolerance of the M bisection (default 5e-3)")
+    e = sub.add_parser("exact", help="exact rational forward pass with hard-max attention",
+                       description="Build the weights with sympy (exact √ and rationals), run the forward pass with "
+                       "hard-max attention (uniform over the maximal-score keys) in exact rational arithmetic, and "
+                       "compare every answer token with Python integers: all inputs up to --exhaustive digits, a "
+                       "random sample at each --sample-digits length.")
+    e.add_argument("--d-model", type=int, default=23, help="embedding dimension (default 23, n_max = 6)")
+    e.add_argument("--exhaustive", type=int, default=2, help="check every input of 1 … this many digits (default 2)")
+    e.add_argument("--sample-digits", type=int, nargs="*", default=[3, 4], help="lengths to sample (default 3 4)")
+    e.add_argument("--samples", type=int, default=200, help="random inputs per sampled length (default 200)")
+    e.add_argument("--seed", type=int, default=0)
+    r = sub.add_parser("precision", help="largest exact operand length per float format and width",
+                       description="For bfloat16, float16, float32, float64 and several d, the largest operand "
+                       "length at which the model stays exact on adversarial inputs (carry chains, all 9s), and the "
+                       "first reason it breaks. Reads the cached figures/precision.json unless --recompute.")
+    from .precision import add_arguments
+
+    add_arguments(r)
+    return p
+
+
+def _run_margins(args: argparse.Namespace) -> int:
+    from .addition import build_model, d_model_for
+    from .certify_margins import certify
+    from .certify_report import margins_lines
+    from .certify_search import smallest_sharpness
+
+    d = args.d_model if args.d_model is not None else d_model_for(max(args.digits, 1))
+    err = _check_d(d) or _check_digits(args.digits, d)
+    if err:
+        return _bad(err)
+    if args.M is not None and not args.M > 0:
+        return _bad(f"--M must be positive, got {args.M}")
+    t0 = time.perf_counter()
+    model_dtype = "float64" if args.dtype == "real" else args.dtype
+    model, meta = build_model(n_digits=args.digits, d_model=d, dtype=model_dtype, M=args.M)
+    cache: dict = {}
+    cert = certify(model, args.digits, args.dtype, cache=cache)
+    search = None if args.no_search else smallest_sharpness(model, args.digits, meta["M"], args.dtype,
+                                                            rel_tol=args.rel_tol, cache=cache)
+    for line in margins_lines(cert, meta, search, time.perf_counter() - t0):
+        print(line)
+    return 0 if cert.passed else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "bound":
+        if err := _check_d(args.d_model) if not args.table else (_check_d(args.max_d) if args.max_d < 21 else None):
+            return _bad(err)
+        lines = table_lines(21, args.max_d) if args.table else bound_lines(args.d_model)
+        print("\n".join(lines))
+        return 0
+    if args.command == "margins":
+        return _run_margins(args)
+    if args.command == "exact":
+        from .certify_exact import run_exact
+
+        if err := _check_d(args.d_model):
+            return _bad(err)
+        lengths = list(range(1, args.exhaustive + 1)) + list(args.sample_digits)
+        for n in lengths:
+            if err := _check_digits(n, args.d_model):
+                return _bad(err)
+        return run_exact(args.d_model, args.exhaustive, args.sample_digits, args.samples, args.seed)
+    from .precision import run_precision
+
+    return run_precision(args)
+
+
+if __name__ == "__main__":
+    try:
+        raise SystemExit(main())
+    except CapacityError as exc:  # pragma: no cover - validated above; last-resort one-line message
+        sys.stderr.write(f"certify: error: {exc}\n")
+        raise SystemExit(2)

@@ -1,0 +1,195 @@
+"""Where floating point breaks Theorem 5.1's construction (issue 3, item 4; design note §9).
+
+For each format (bfloat16, float16, float32, float64) and width d, the model ``build_model(N, d,
+dtype)`` is run teacher-forced (equivalent to greedy decoding, :mod:`lengthgen.decode`) on four
+adversarial inputs per length N — a carry chain 99…9 + 0…01, all 9s 99…9 + 99…9, all zeros, and
+alternating 9090… + 9090… (PRE_SUM jumping between 18 and 0 next to each other) — over a grid of
+lengths: every N ≤ 16, then N growing by 2^{1/4} up to min(n_max(d), cap). "Largest exact N" is the
+last grid length before the first failure (every grid length up to it is exact on all four
+inputs); exactness is *not* monotone in N (M = ½·ln(1000·(3N+5)) changes with N and so does the
+rounding of √M), so the top of the grid is also probed and reported.
+
+The reason of the first failure is found by re-running that input with one stage in the format
+and the others in float64 (same M): ``score rounding`` (embeddings, W_Q, W_K, scores, softmax),
+``value rounding`` (W_V, the weighted sum, W_O, the residual add) or ``FFN margin`` (W_in, ReLU,
+W_out, W_U). The stages that break it alone are reported; "combined" if none does alone.
+
+Results are cached in ``figures/precision.json`` so the table and ``figures/precision.png``
+regenerate without recomputation (``--recompute`` measures again; minutes on 2 CPU cores).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from lengthgen.tasks import ADDITION
+
+from .addition import START_ID, build_model, max_digits_for
+
+FIGURES = Path(__file__).resolve().parents[1] / "figures"
+DTYPES = ("bfloat16", "float16", "float32", "float64")
+D_MODELS = (23, 27, 31, 35, 41, 45)
+CAP = 4096
+STAGES = (("scores", "score rounding"), ("values", "value rounding"), ("ffn", "FFN margin"))
+INPUT_NAMES = ("carry chain 99..9+0..01", "all 9s 99..9+99..9", "all zeros", "alternating 9090..+9090..")
+
+
+def adversarial_pairs(n: int) -> list[tuple[str, str]]:
+    alt = ("90" * n)[:n]
+    return [("9" * n, "0" * (n - 1) + "1"), ("9" * n, "9" * n), ("0" * n, "0" * n), (alt, alt)]
+
+
+def length_grid(top: int) -> list[int]:
+    grid = set(range(1, min(top, 16) + 1))
+    k = 1
+    while (v := int(round(16 * 2 ** (k / 4)))) < top:
+        grid.add(v)
+        k += 1
+    grid.add(top)
+    return sorted(grid)
+
+
+def _batch(n: int) -> tuple[torch.Tensor, torch.Tensor, int, np.ndarray]:
+    insts = [ADDITION.instance(a, b, start=START_ID) for a, b in adversarial_pairs(n)]
+    toks = torch.tensor(np.stack([i.tokens for i in insts]))
+    pos = torch.tensor(np.stack([i.pos_ids for i in insts]))
+    return toks, pos, insts[0].prompt_len, toks[:, insts[0].prompt_len:].numpy()
+
+
+@torch.inference_mode()
+def exact_on_adversarial(n: int, d_model: int, dtype: str) -> list[bool]:
+    """Per adversarial input: does the model predict every answer token (and the final EOS)?"""
+    model, _ = build_model(n_digits=n, d_model=d_model, dtype=dtype)
+    toks, pos, p, answer = _batch(n)
+    logits = model(toks[:, :-1], pos[:, :-1], logits_from=p - 1)
+    return [bool(row) for row in (logits.argmax(-1).numpy() == answer).all(1)]
+
+
+@torch.inference_mode()
+def staged_exact(n: int, d_model: int, dtype: str, low: str) -> list[bool]:
+    """Teacher-forced exactness with stage ``low`` (scores / values / ffn) in ``dtype`` and the rest
+    in float64 (dense attention over the answer queries, in blocks)."""
+    models = {dt: build_model(n_digits=n, d_model=d_model, dtype=dt)[0] for dt in {dtype, "float64"}}
+    pick = lambda stage: models[dtype if stage == low else "float64"]
+    toks, pos, p, answer = _batch(n)
+    toks, pos = toks[:, :-1], pos[:, :-1]
+    ms = pick("scores")
+    x = ms.embed.W_E[toks] + ms.pos_embed.W_pos[pos]
+    a = ms.blocks[0].attn
+    q = torch.einsum("bpd,hde->bhpe", x[:, p - 1:], a.W_Q) + a.b_Q[None, :, None]
+    k = torch.einsum("bpd,hde->bhpe", x, a.W_K) + a.b_K[None, :, None]
+    mv = pick("values")
+    xv = mv.embed.W_E[toks] + mv.pos_embed.W_pos[pos]
+    av = mv.blocks[0].attn
+    v = torch.einsum("bpd,hde->bhpe", xv, av.W_V) + av.b_V[None, :, None]
+    z = torch.empty(*q.shape[:-1], v.shape[-1], dtype=v.dtype)
+    for r0 in range(0, q.shape[2], 512):
+        r1 = min(q.shape[2], r0 + 512)
+        s = torch.matmul(q[:, :, r0:r1], k.transpose(-1, -2)) * ms.cfg.score_scale
+        qpos = torch.arange(p - 1 + r0, p - 1 + r1)[:, None]
+        s = s.masked_fill(torch.arange(k.shape[2])[None, :] > qpos, float("-inf"))
+        z[:, :, r0:r1] = torch.matmul(torch.softmax(s, dim=-1).to(v.dtype), v)
+    resid = xv[:, p - 1:] + torch.einsum("bhpe,hed->bpd", z, av.W_O) + av.b_O
+    mf = pick("ffn")
+    resid = resid.to(mf.cfg.torch_dtype)
+    mlp = mf.blocks[0].mlp
+    out = resid + torch.relu(resid @ mlp.W_in + mlp.b_in) @ mlp.W_out + mlp.b_out
+    logits = out @ mf.unembed.W_U + mf.unembed.b_U
+    return [bool(row) for row in (logits.argmax(-1).numpy() == answer).all(1)]
+
+
+def diagnose(n: int, d_model: int, dtype: str, failing: list[bool]) -> str:
+    """Which stage in ``dtype`` breaks the first failing input on its own."""
+    bad = [i for i, ok in enumerate(failing) if not ok]
+    culprits = [label for stage, label in STAGES if not all(staged_exact(n, d_model, dtype, stage)[i] for i in bad)]
+    return " + ".join(culprits) if culprits else "combined"
+
+
+def measure(dtype: str, d_model: int, cap: int = CAP, log=print) -> dict:
+    """The entry of the precision map for one (dtype, d)."""
+    bound = max_digits_for(d_model)
+    top = min(bound, cap)
+    grid = length_grid(top)
+    entry = {"dtype": dtype, "d_model": d_model, "n_max": bound, "top": top, "capped": bound > cap,
+             "largest_exact": 0, "first_failure": None, "failing_inputs": [], "reason": None, "exact_at_top": None}
+    for n in grid:
+        ok = exact_on_adversarial(n, d_model, dtype)
+        if all(ok):
+            entry["largest_exact"] = n
+            continue
+        entry["first_failure"] = n
+        entry["failing_inputs"] = [INPUT_NAMES[i] for i, good in enumerate(ok) if not good]
+        entry["reason"] = diagnose(n, d_model, dtype, ok)
+        entry["exact_at_top"] = all(exact_on_adversarial(top, d_model, dtype)) if n != top else False
+        break
+    else:
+        entry["exact_at_top"] = True
+    log(f"  {dtype:<9} d={d_model:<4} largest exact N = {entry['largest_exact']}"
+        + (f", first failure N = {entry['first_failure']} ({entry['reason']})" if entry["first_failure"] else ""))
+    return entry
+
+
+def recompute(dtypes=DTYPES, d_models=D_MODELS, cap: int = CAP, log=print) -> dict:
+    t0 = time.perf_counter()
+    torch.set_num_threads(min(2, torch.get_num_threads()))
+    results = [measure(dt, d, cap, log) for dt in dtypes for d in d_models]
+    return {"version": 1, "cap": cap, "inputs": list(INPUT_NAMES), "start_id": START_ID,
+            "grid": "every N <= 16, then N = round(16*2^(k/4)), plus min(n_max(d), cap)",
+            "model": "build_model(n_digits=N, d_model=d, dtype=dtype), default M = 0.5*ln(1000*(3N+5))",
+            "seconds": round(time.perf_counter() - t0, 1), "results": results}
+
+
+def table_lines(data: dict) -> list[str]:
+    head = f"{'dtype':<9} {'d':>4} {'n_max(d)':>9} {'largest exact N':>16} {'first failure':>14}  reason"
+    lines = [head, "-" * len(head)]
+    for e in data["results"]:
+        exact = f"{e['largest_exact']}" + (" (cap)" if e["first_failure"] is None and e["capped"] else "")
+        fail = str(e["first_failure"]) if e["first_failure"] else "-"
+        reason = e["reason"] or ("exact up to the cap" if e["capped"] else "exact up to n_max(d)")
+        if e["first_failure"] and e["exact_at_top"]:
+            reason += f"; exact again at N = {e['top']}"
+        lines.append(f"{e['dtype']:<9} {e['d_model']:>4} {e['n_max']:>9} {exact:>16} {fail:>14}  {reason}")
+    lines.append(f"adversarial inputs: {', '.join(data['inputs'])}; lengths capped at {data['cap']} digits; "
+                 f"grid: {data['grid']}")
+    return lines
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--recompute", action="store_true", help="measure again instead of reading the cached JSON")
+    p.add_argument("--json", type=Path, default=FIGURES / "precision.json", help="cache file (default figures/precision.json)")
+    p.add_argument("--figure", type=Path, default=FIGURES / "precision.png",
+                   help="figure path; a .pdf is written next to it (default figures/precision.png)")
+    p.add_argument("--no-figure", action="store_true", help="do not (re)draw the figure")
+    p.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=list(DTYPES), help="formats to measure")
+    p.add_argument("--d-models", type=int, nargs="+", default=list(D_MODELS), help="widths d to measure (each ≥ 21)")
+    p.add_argument("--cap", type=int, default=CAP, help=f"largest operand length probed (default {CAP})")
+
+
+def run_precision(args: argparse.Namespace) -> int:
+    import sys
+
+    bad = [d for d in args.d_models if d < 21]
+    if bad or args.cap <= 0:
+        msg = f"--d-models must all be at least 21, got {bad[0]}" if bad else f"--cap must be positive, got {args.cap}"
+        sys.stderr.write(f"certify: error: {msg}\n")
+        return 2
+    if args.recompute or not args.json.exists():
+        print(f"measuring {len(args.dtypes)} formats × {len(args.d_models)} widths (cap {args.cap} digits) ...")
+        data = recompute(args.dtypes, args.d_models, args.cap)
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(data, indent=1) + "\n")
+    else:
+        data = json.loads(args.json.read_text())
+    print("\n".join(table_lines(data)))
+    if not args.no_figure:
+        from .precision_figure import draw
+
+        draw(data, args.figure)
+        print(f"figure: {args.figure} (+ .pdf)")
+    return 0
