@@ -21,6 +21,8 @@ from typing import Iterator
 
 import numpy as np
 
+from lengthgen.cli import ArgumentParser, UsageError, run_cli
+
 EPILOG = """examples:
   python -m constructions.addition --digits 100000
   python -m constructions.addition --a 653 --b 49 --mode greedy
@@ -28,21 +30,12 @@ EPILOG = """examples:
 exit status: 0 the model's sum is exactly right, 1 it is wrong, 2 bad input"""
 
 
-class UsageError(Exception):
-    """Bad input: reported as one line on stderr, exit status 2."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2, no usage dump
-        raise UsageError(message)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = ArgumentParser(
         prog="python -m constructions.addition",
         description="Theorem 5.1 (Cho et al. 2024, Position Coupling): build the 1-layer 2-head addition "
         "transformer, add two numbers with it, and check the sum against exact integer arithmetic.",
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EPILOG,
     )
     src = p.add_argument_group("operands (either --digits, or --a and --b)")
     src.add_argument("--digits", type=int, help="add two random numbers with this many digits (leading digit non-zero)")
@@ -189,20 +182,18 @@ def model_sum_digits(pred: np.ndarray) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-        result = run(args)
-    except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    return run_cli(lambda: _main(argv))
+
+
+def _main(argv: list[str] | None) -> int:
+    args = build_parser().parse_args(argv)
+    result = run(args)
     pred = result.pop("_pred")
     if args.output is not None:
         try:
             args.output.write_text(model_sum_digits(pred) + "\n")
         except OSError as exc:
-            print(f"error: cannot write --output {args.output}: {exc.strerror or exc}", file=sys.stderr)
-            return 2
+            raise UsageError(f"cannot write --output {args.output}: {exc.strerror or exc}") from None
     if args.json:
         print(json.dumps(result))
     else:
