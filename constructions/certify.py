@@ -234,14 +234,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "margins":
         return _run_margins(args)
     if args.command == "exact":
-        from .certify_exact import run_exact
-
         if err := _check_d(args.d_model):
             return _bad(err)
+        if not 0 <= args.exhaustive <= 3 or args.samples < 0:
+            return _bad(f"--exhaustive must be 0 … 3 (10^(2n) inputs each) and --samples ≥ 0, got "
+                        f"{args.exhaustive} and {args.samples}")
         lengths = list(range(1, args.exhaustive + 1)) + list(args.sample_digits)
         for n in lengths:
             if err := _check_digits(n, args.d_model):
                 return _bad(err)
+        from .certify_exact import run_exact
+
         return run_exact(args.d_model, args.exhaustive, args.sample_digits, args.samples, args.seed)
     from .precision import run_precision
 

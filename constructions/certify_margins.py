@@ -237,6 +237,37 @@ def _head_bounds(W: Weights, L: Layout, h: int, pos_table: np.ndarray, m_max: in
     return HeadBounds(members, (members >= 0).sum(1) + 1, out["eta"], out["log_leak"], gap, out["log_rpos"], range_out)
 
 
+def _interval_check(W: Weights, L: Layout, heads: list[HeadBounds], parts: list[dict], cls: np.ndarray,
+                    k: np.ndarray, m_max: int, pert: float, cache: dict) -> list[dict]:
+    """Re-derive, in mpmath intervals, the bounds of each head's worst query in every class and
+    check that the float64 scan did not under-estimate them (it must dominate them)."""
+    from .certify_interval import head_bounds_iv
+
+    role_tokens = {ROLE_A: DIGITS, ROLE_B: DIGITS, ROLE_C: DIGITS, ROLE_PLUS: [PLUS], ROLE_EQ: [EQ]}
+    used = np.unique(L.ids)
+    code = used[used > 0]
+    out = []
+    for h, (hb, part) in enumerate(zip(heads, parts)):
+        tv = part["leak"] + part["spread"] + part["float"]
+        summary = {"log_leak": -math.inf, "eta": 0.0, "rpos": 0.0, "checked": 0}
+        for c in range(int(cls.max()) + 1):
+            members = np.nonzero(cls == c)[0]
+            i = int(members[np.argmax(tv[members])])
+            keys = [(role_tokens[int(L.role[p])], int(L.ids[p])) for p in hb.members[i] if p >= 0]
+            got = head_bounds_iv(W, h, int(k[i]), int(L.ids[L.queries[i]]), keys, code, m_max, pert, cache)
+            f64_leak, f64_eta = hb.log_leak[i] + 2 * pert, hb.eta[i] + 2 * pert
+            tol = 1e-9 * (1 + abs(f64_leak))
+            if got["log_leak"] > f64_leak + tol or got["eta"] > f64_eta + 1e-9 * (1 + f64_eta):
+                raise AssertionError(f"head {h + 1}, query {i}: interval bounds {got} exceed the float64 scan "
+                                     f"(log leak {f64_leak}, eta {f64_eta})")
+            summary["log_leak"] = max(summary["log_leak"], got["log_leak"])
+            summary["eta"] = max(summary["eta"], got["eta"])
+            summary["rpos"] = max(summary["rpos"], got["rpos"])
+            summary["checked"] += 1
+        out.append(summary)
+    return out
+
+
 def _group_rows(rows: np.ndarray) -> np.ndarray:
     """Group index of each row (rows with identical bytes share one), in order of first appearance."""
     rows = np.ascontiguousarray(rows)
@@ -271,12 +302,13 @@ def _fail(n: int, W: Weights, dtype: str, reason: str, message: str, **kw) -> Ce
 
 
 def certify(model: Transformer, n: int, dtype: str | None = None, start: int = START_ID,
-            cache: dict | None = None) -> Certificate:
+            cache: dict | None = None, interval: bool = True) -> Certificate:
     """Certify that ``model`` predicts every answer token of every ``n``-digit addition.
 
     ``dtype``: the arithmetic to certify — the model's own dtype by default, or "real" for exact
     real arithmetic (no float term). ``cache`` (a dict) keeps the M-independent FFN tables between
-    calls on models that differ only in W_Q/W_K (the smallest-M search)."""
+    calls on models that differ only in W_Q/W_K (the smallest-M search). ``interval`` re-derives the
+    binding bounds in mpmath intervals (:mod:`constructions.certify_interval`)."""
     W = Weights.from_model(model)
     dtype = dtype or W.dtype
     if start + n >= model.cfg.n_ctx:
@@ -361,6 +393,7 @@ def certify(model: Transformer, n: int, dtype: str | None = None, start: int = S
             slack = check.slack
             if slack <= 1:
                 failure = (max(check.parts, key=check.parts.get), spec.describe(), check)
+    interval = _interval_check(W, L, heads, parts, cls, k, m_max, pert, cache) if interval else [None] * H
     labels = W.labels
     worst = {labels[r]: {s: float(deltas[s][:, r].max()) for s in deltas} for r in coords}
     head_info = []
@@ -368,7 +401,7 @@ def certify(model: Transformer, n: int, dtype: str | None = None, start: int = S
         head_info.append({"sizes": sorted(set(int(x) for x in hb.size)), "gap": float(hb.gap.min()),
                           "leak": float(part["leak"].max()), "eta": float(hb.eta.max()),
                           "tv": float((part["leak"] + part["spread"] + part["float"]).max()),
-                          "rpos": float(np.exp(hb.log_rpos.max()))})
+                          "rpos": float(np.exp(hb.log_rpos.max())), "interval": interval[h]})
     cert = Certificate(n, W.W_E.shape[1], position_dims(W.W_E.shape[1]), dtype, failure is None, "", "PASS",
                        head_info, worst, classes, ft, slack)
     if failure:

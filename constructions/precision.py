@@ -12,7 +12,12 @@ rounding of √M), so the top of the grid is also probed and reported.
 The reason of the first failure is found by re-running that input with one stage in the format
 and the others in float64 (same M): ``score rounding`` (embeddings, W_Q, W_K, scores, softmax),
 ``value rounding`` (W_V, the weighted sum, W_O, the residual add) or ``FFN margin`` (W_in, ReLU,
-W_out, W_U). The stages that break it alone are reported; "combined" if none does alone.
+W_out, W_U). The stages that break it alone are reported; "combined" if none does alone. For
+score rounding it also says whether rounding W_Q, W_K alone (√M and √(MP) round apart, so the
+``$`` sink no longer ties with the digit keys, §9) suffices ("Q/K weights") or not ("arithmetic").
+
+Each entry also records the largest grid length the margins certificate proves in that format
+(``certified N``): the certificate is sound, so certified ≤ measured must hold.
 
 Results are cached in ``figures/precision.json`` so the table and ``figures/precision.png``
 regenerate without recomputation (``--recompute`` measures again; minutes on 2 CPU cores).
@@ -74,7 +79,8 @@ def exact_on_adversarial(n: int, d_model: int, dtype: str) -> list[bool]:
 @torch.inference_mode()
 def staged_exact(n: int, d_model: int, dtype: str, low: str) -> list[bool]:
     """Teacher-forced exactness with stage ``low`` (scores / values / ffn) in ``dtype`` and the rest
-    in float64 (dense attention over the answer queries, in blocks)."""
+    in float64 (dense attention over the answer queries, in blocks). ``low = "qk_weights"`` rounds
+    only W_Q and W_K to ``dtype`` and computes everything in float64."""
     models = {dt: build_model(n_digits=n, d_model=d_model, dtype=dt)[0] for dt in {dtype, "float64"}}
     pick = lambda stage: models[dtype if stage == low else "float64"]
     toks, pos, p, answer = _batch(n)
@@ -82,8 +88,11 @@ def staged_exact(n: int, d_model: int, dtype: str, low: str) -> list[bool]:
     ms = pick("scores")
     x = ms.embed.W_E[toks] + ms.pos_embed.W_pos[pos]
     a = ms.blocks[0].attn
-    q = torch.einsum("bpd,hde->bhpe", x[:, p - 1:], a.W_Q) + a.b_Q[None, :, None]
-    k = torch.einsum("bpd,hde->bhpe", x, a.W_K) + a.b_K[None, :, None]
+    W_Q, W_K = a.W_Q, a.W_K
+    if low == "qk_weights":  # only the rounding of W_Q, W_K to the format; float64 arithmetic
+        W_Q, W_K = (w.to(torch.float64) for w in (models[dtype].blocks[0].attn.W_Q, models[dtype].blocks[0].attn.W_K))
+    q = torch.einsum("bpd,hde->bhpe", x[:, p - 1:], W_Q) + a.b_Q[None, :, None]
+    k = torch.einsum("bpd,hde->bhpe", x, W_K) + a.b_K[None, :, None]
     mv = pick("values")
     xv = mv.embed.W_E[toks] + mv.pos_embed.W_pos[pos]
     av = mv.blocks[0].attn
@@ -105,9 +114,13 @@ def staged_exact(n: int, d_model: int, dtype: str, low: str) -> list[bool]:
 
 
 def diagnose(n: int, d_model: int, dtype: str, failing: list[bool]) -> str:
-    """Which stage in ``dtype`` breaks the first failing input on its own."""
+    """Which stage in ``dtype`` breaks the first failing input on its own; for score rounding,
+    whether rounding W_Q and W_K alone (float64 arithmetic) already does."""
     bad = [i for i, ok in enumerate(failing) if not ok]
-    culprits = [label for stage, label in STAGES if not all(staged_exact(n, d_model, dtype, stage)[i] for i in bad)]
+    breaks = lambda stage: not all(staged_exact(n, d_model, dtype, stage)[i] for i in bad)
+    culprits = [label for stage, label in STAGES if breaks(stage)]
+    if "score rounding" in culprits:  # is rounding W_Q, W_K (√M vs √(MP), §9) enough on its own?
+        culprits[culprits.index("score rounding")] += " (Q/K weights)" if breaks("qk_weights") else " (arithmetic)"
     return " + ".join(culprits) if culprits else "combined"
 
 
@@ -130,9 +143,24 @@ def measure(dtype: str, d_model: int, cap: int = CAP, log=print) -> dict:
         break
     else:
         entry["exact_at_top"] = True
-    log(f"  {dtype:<9} d={d_model:<4} largest exact N = {entry['largest_exact']}"
+    entry["largest_certified"] = largest_certified(grid, d_model, dtype)
+    log(f"  {dtype:<9} d={d_model:<4} largest exact N = {entry['largest_exact']}, certified {entry['largest_certified']}"
         + (f", first failure N = {entry['first_failure']} ({entry['reason']})" if entry["first_failure"] else ""))
     return entry
+
+
+def largest_certified(grid: list[int], d_model: int, dtype: str) -> int:
+    """Last grid length before the first one whose margins certificate (with the float term of
+    ``dtype``) fails: a *proof* of exactness for every input at those lengths."""
+    from .certify_margins import certify
+
+    best = 0
+    for n in grid:
+        model, _ = build_model(n_digits=n, d_model=d_model, dtype=dtype)
+        if not certify(model, n, dtype, interval=False).passed:
+            break
+        best = n
+    return best
 
 
 def recompute(dtypes=DTYPES, d_models=D_MODELS, cap: int = CAP, log=print) -> dict:
@@ -146,7 +174,8 @@ def recompute(dtypes=DTYPES, d_models=D_MODELS, cap: int = CAP, log=print) -> di
 
 
 def table_lines(data: dict) -> list[str]:
-    head = f"{'dtype':<9} {'d':>4} {'n_max(d)':>9} {'largest exact N':>16} {'first failure':>14}  reason"
+    head = (f"{'dtype':<9} {'d':>4} {'n_max(d)':>9} {'certified N':>12} {'largest exact N':>16} {'first failure':>14}"
+            "  reason")
     lines = [head, "-" * len(head)]
     for e in data["results"]:
         exact = f"{e['largest_exact']}" + (" (cap)" if e["first_failure"] is None and e["capped"] else "")
@@ -154,7 +183,10 @@ def table_lines(data: dict) -> list[str]:
         reason = e["reason"] or ("exact up to the cap" if e["capped"] else "exact up to n_max(d)")
         if e["first_failure"] and e["exact_at_top"]:
             reason += f"; exact again at N = {e['top']}"
-        lines.append(f"{e['dtype']:<9} {e['d_model']:>4} {e['n_max']:>9} {exact:>16} {fail:>14}  {reason}")
+        cert = str(e.get("largest_certified", "?"))
+        lines.append(f"{e['dtype']:<9} {e['d_model']:>4} {e['n_max']:>9} {cert:>12} {exact:>16} {fail:>14}  {reason}")
+    lines.append("certified N: margins certificate PASS (float term of the format) at every grid length up to N; "
+                 "largest exact N: measured on the adversarial inputs")
     lines.append(f"adversarial inputs: {', '.join(data['inputs'])}; lengths capped at {data['cap']} digits; "
                  f"grid: {data['grid']}")
     return lines

@@ -1,0 +1,123 @@
+"""The all-inputs certificate (issue 3, items 2 and 4): passes for the built model, fails for the
+right reason, and its bounds really bound the model's activations."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from constructions.addition import START_ID, build_model
+from constructions.certify_margins import Layout, certify
+from lengthgen.tasks import ADDITION
+
+FFN_INPUTS = ("PRE_SUM", "PRE_CARRY", "PRE_EOS")
+
+
+@pytest.mark.parametrize("n, d, dtype", [(1, 21, "float32"), (6, 23, "float64"), (62, 29, "float32"),
+                                         (300, None, "float32"), (30, 27, "real")])
+def test_passes_for_the_built_model(n: int, d: int | None, dtype: str) -> None:
+    model, _ = build_model(n_digits=n, d_model=d, dtype="float64" if dtype == "real" else dtype)
+    cert = certify(model, n, dtype)
+    assert cert.passed, cert.message
+    assert cert.slack > 1 and cert.reason == ""
+    assert sum(count for _, count, _, _ in cert.classes) == n + 2  # every answer position is covered
+    assert all(head["interval"]["checked"] > 0 for head in cert.heads)  # mpmath re-derivation ran
+
+
+def test_layout_matches_the_task_format() -> None:
+    n = 4
+    inst = ADDITION.instance("1234", "5678", start=START_ID)
+    L = Layout.build(n)
+    assert np.array_equal(L.ids, inst.pos_ids[:-1])
+    digits = inst.tokens[:-1] <= 9
+    assert np.array_equal(np.isin(L.role, (1, 2, 3)), digits)  # roles a, b, c sit on digit tokens
+    assert list(L.queries) == list(range(inst.prompt_len - 1, len(inst.tokens) - 1))
+
+
+@pytest.mark.parametrize("dtype", ["real", "float32"])
+def test_fails_with_leak_when_M_is_too_small(dtype: str) -> None:
+    model, _ = build_model(n_digits=30, d_model=27, dtype="float64" if dtype == "real" else dtype, M=1.0)
+    cert = certify(model, 30, dtype)
+    assert not cert.passed and cert.reason == "leak", cert.message
+
+
+def _perturbed(edit) -> tuple:
+    model, meta = build_model(n_digits=30, d_model=27, dtype="float32")
+    labels = model.annotations.residual
+    with torch.no_grad():
+        edit(model, labels)
+    return certify(model, 30)
+
+
+def test_fails_hardmax_when_the_output_scale_is_perturbed() -> None:
+    def edit(model, labels):  # head 1 writes 3.3·mean instead of 3·mean into PRE_SUM
+        model.blocks[0].attn.W_O[0][:, labels.index("PRE_SUM")] *= 1.1
+    cert = _perturbed(edit)
+    assert not cert.passed and cert.reason == "hardmax", cert.message
+    assert "instead of" in cert.message
+
+
+def test_fails_spread_when_the_sink_key_is_perturbed() -> None:
+    def edit(model, labels):  # '$' now scores 1% above the digits it should tie with
+        model.blocks[0].attn.W_K[0][labels.index("IS_BOS")] *= 1.01
+    cert = _perturbed(edit)
+    assert not cert.passed and cert.reason == "spread", cert.message
+
+
+def test_fails_when_a_position_code_is_perturbed() -> None:
+    def edit(model, labels):  # flip one coordinate of POS_1 for ID 7
+        model.pos_embed.W_pos[7, labels.index("POS_1[0]")] *= -1
+    cert = _perturbed(edit)
+    assert not cert.passed and cert.reason in ("hardmax", "structure"), cert.message
+
+
+def _hardmax_ffn_inputs(a: str, b: str) -> np.ndarray:
+    """PRE_SUM, PRE_CARRY, PRE_EOS of the hard-max limit at '=', c_0 … c_n (design note §3.4–3.6),
+    from the digits of a, b and the Python integer a + b."""
+    n = len(a)
+    A, B = [int(ch) for ch in a[::-1]], [int(ch) for ch in b[::-1]]
+    C = [int(ch) for ch in str(int(a) + int(b)).zfill(n + 1)[::-1]]
+    rows = []
+    for k in range(-1, n + 1):
+        pre_sum = A[k + 1] + B[k + 1] if k + 1 <= n - 1 else 0
+        if k == -1:
+            rows.append((pre_sum, 0, 1 / 3))
+        elif k <= n - 1:
+            rows.append((pre_sum, A[k] + B[k] + C[k], 1 / 4))
+        else:
+            rows.append((pre_sum, 2 * C[n], 1 / 2))
+    return np.array(rows)
+
+
+@pytest.mark.parametrize("M, dtype", [(2.5, "float32"), (None, "float32"), (3.0, "float64")])
+def test_bounds_dominate_measured_activations(M: float | None, dtype: str) -> None:
+    """|resid_mid − hard-max value| measured on adversarial and random inputs stays below the
+    certified bound — and the bound is not vacuous (within 10x of the measurement)."""
+    n = 30
+    model, _ = build_model(n_digits=n, d_model=27, dtype=dtype, M=M)
+    cert = certify(model, n, dtype)
+    bound = np.array([sum(cert.deltas[name].values()) for name in FFN_INPUTS])
+    idx = [model.annotations.residual.index(name) for name in FFN_INPUTS]
+    rng = np.random.default_rng(0)
+    pairs = [("9" * n, "9" * n), ("9" * n, "0" * (n - 1) + "1"), ("90" * 15, "90" * 15)]
+    pairs += [("".join(map(str, rng.integers(0, 10, n))), "".join(map(str, rng.integers(0, 10, n)))) for _ in range(8)]
+    worst = np.zeros(3)
+    for a, b in pairs:
+        inst = ADDITION.instance(a, b, start=START_ID)
+        with torch.inference_mode():
+            _, acts = model(torch.tensor(inst.tokens[:-1])[None], torch.tensor(inst.pos_ids[:-1])[None],
+                            return_cache=True)
+        got = acts["blocks.0.hook_resid_mid"][0, inst.prompt_len - 1:, idx].double().numpy()
+        worst = np.maximum(worst, np.abs(got - _hardmax_ffn_inputs(a, b)).max(0))
+    assert np.all(worst <= bound), (worst, bound)
+    assert np.all(bound <= 10 * np.maximum(worst, 1e-6)), (worst, bound)
+
+
+def test_float_terms_grow_with_the_unit_roundoff() -> None:
+    model, _ = build_model(n_digits=30, d_model=27, dtype="float32")
+    terms = {dt: certify(model, 30, dt).float_terms for dt in ("float64", "float32", "bfloat16")}
+    errs = [terms[dt].score_error for dt in ("float64", "float32", "bfloat16")]
+    assert errs[0] < errs[1] < errs[2]
+    assert errs[1] == pytest.approx(errs[0] * 2.0**29, rel=1e-3)  # ∝ u (γ_n ≈ n·u at these sizes)
+    cert16 = certify(model, 30, "bfloat16")
+    assert not cert16.passed and cert16.reason in ("float", "spread")
