@@ -1,0 +1,133 @@
+"""``python -m constructions.nope``: output, JSON, exit codes (0 counterexample, 3 distinguished,
+2 bad input) and one-line errors. Printed pairs are re-checked here with plain Python."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+
+from constructions.nope import main
+from lengthgen.init import random_transformer
+from lengthgen.weights import save_model
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def printed_pair(out: str) -> list[tuple[str, str, str]]:
+    """(prompt, correct, model) for the rows 'A ...' and 'B ...' of the text output."""
+    rows = re.findall(r"^  ([AB])  ((?:\S )+\S)\s+(\S)\s+(\S)", out, flags=re.M)
+    return [(p.replace(" ", ""), c, m) for _, p, c, m in rows]
+
+
+def test_default_run_prints_a_verified_addition_counterexample(capsys):
+    code, out, err = run(capsys, "--task", "addition", "--digits", "3")
+    assert code == 0 and err == ""
+    assert out.startswith("Proposition 5.2 counterexample")
+    assert "certificate re-verified from scratch: yes" in out and "Proposition 5.2 applies" in out
+    (pa, ca, ma), (pb, cb, mb) = printed_pair(out)
+    assert Counter(pa) == Counter(pb) and pa != pb and pa[-1] == pb[-1] == "="
+    for prompt, correct in ((pa, ca), (pb, cb)):
+        a, b = re.fullmatch(r"\$(\d{3})\+(\d{3})=", prompt).groups()
+        assert correct == str(int(a) + int(b)).zfill(4)[::-1][0]
+    assert ca != cb and ma == mb and (ma != ca or mb != cb)
+    diff, tol = map(float, re.search(r"= (\S+)\s+\(tolerance (\S+) =", out).groups())
+    assert diff <= tol
+
+
+@pytest.mark.parametrize("task,digits", [("multiplication_nx1", "2"), ("multiplication_nx2", "1"), ("copy", "4"),
+                                         ("reverse", "3")])
+def test_json_output_for_every_task(capsys, task, digits):
+    code, out, _ = run(capsys, "--task", task, "--digits", digits, "--layernorm", "--act", "gelu", "--seed", "5", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["status"] == "counterexample" and data["verified"] is True
+    cert = data["certificate"]
+    a, b = cert["prompt_a"]["text"], cert["prompt_b"]["text"]
+    assert Counter(a) == Counter(b) and a[-1] == b[-1] and cert["correct_a_token"] != cert["correct_b_token"]
+    assert cert["identical"] and cert["wrong_on"] and cert["max_logit_diff"] <= cert["tolerance"]
+    assert len(cert["logits_a"]) == len(cert["logits_b"]) == (13 if task.startswith("mult") else 12)
+
+
+def test_two_layers_are_reported_distinguished_with_exit_3(capsys):
+    code, out, err = run(capsys, "--task", "copy", "--digits", "3", "--layers", "2")
+    assert code == 3 and err == ""
+    assert out.startswith("No counterexample: the model distinguishes every pair of prompts $___=")
+    assert "does not apply" in out and "no counterexample" in out
+    (pa, _, _), (pb, _, _) = printed_pair(out)
+    assert Counter(pa) == Counter(pb)
+
+
+def test_the_coupled_construction_is_reported_distinguished(capsys):
+    code, out, _ = run(capsys, "--task", "addition", "--digits", "3", "--model", "construction", "--budget", "400",
+                       "--json")
+    data = json.loads(out)
+    assert code == 3 and data["status"] == "distinguished" and data["certificate"] is None
+    assert "coupled position IDs" in data["model"]
+    closest = data["closest"]
+    assert closest["max_logit_diff"] > 0.5 and closest["wrong_on"] == []  # it adds correctly
+
+
+def test_a_saved_checkpoint_is_searched(capsys, tmp_path):
+    path = save_model(random_transformer(12, seed=3, normalization="LN"), tmp_path / "nope.safetensors")
+    code, out, _ = run(capsys, "--task", "reverse", "--digits", "3", "--model", str(path))
+    assert code == 0 and str(path) in out
+    code, _, err = run(capsys, "--task", "addition", "--digits", "3", "--model", str(path))
+    assert code == 2 and err.count("\n") == 1 and "vocabulary of 12 in / 12 out tokens, but addition has 13" in err
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--task", "division"], "invalid choice: 'division'"),
+    (["--digits", "1"], "addition needs n_digits >= 2: no permutation-sensitive pair exists with 1 digit"),
+    (["--task", "copy", "--digits", "1"], "copy needs n_digits >= 2"),
+    (["--digits", "0"], "n_digits must be a positive integer"),
+    (["--digits", "three"], "invalid int value: 'three'"),
+    (["--model", "no/such/model.safetensors"], "no such weight file"),
+    (["--model", "weights.pt"], "unknown weight format '.pt'"),
+    (["--model", "construction", "--task", "copy"], "the Theorem 5.1 construction adds"),
+    (["--model", "construction", "--layers", "2"], "--layers only applies to --model random"),
+    (["--layers", "0"], "must be positive"),
+    (["--budget", "1"], "--budget must be at least 2"),
+])
+def test_bad_input_is_one_line_and_exit_2(capsys, argv, message):
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("error: ") and message in err and "Traceback" not in err
+
+
+def test_nx2_accepts_one_digit(capsys):
+    assert run(capsys, "--task", "multiplication_nx2", "--digits", "1")[0] == 0
+
+
+def test_help_documents_exit_codes(capsys):
+    code, out, _ = run(capsys, "--help")
+    assert code == 0
+    for text in ("--model", "--layers", "--seed", "--json", "exit status", "3 no counterexample", "2 bad input"):
+        assert text in out
+
+
+def test_module_runs_from_any_directory(tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
+    proc = subprocess.run([sys.executable, "-m", "constructions.nope", "--task", "addition", "--digits", "3"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "Proposition 5.2 counterexample" in proc.stdout and proc.stderr == ""
