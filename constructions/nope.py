@@ -14,8 +14,9 @@ prompt with the same last token ``=``. The oracle (``task.next_token``) gives th
 
 * **Exhaustive** when the 10^L fillings of the L slots fit the budget: every multiset of digits, every
   arrangement; a model that passes distinguishes every such pair (exit code 3 in the CLI).
-* **Guided random search** beyond: random fillings, each with rearrangements (random transpositions
-  and shuffles) kept only when the oracle says the correct token changes; after half the budget,
+* **Guided random search** beyond: random fillings, each with rearrangements (transpositions that
+  involve a slot next to a separator, random transpositions, shuffles) kept only when the oracle says
+  the correct token changes; pairs that differ in fewest tokens are preferred; after half the budget,
   hill-climbing around the closest pair so far (smallest logit difference relative to tolerance).
 
 A pair is a counterexample only if the model's last-position logits agree to float rounding —
@@ -44,6 +45,7 @@ from constructions.nope_certificate import (
 )
 
 DEFAULT_BUDGET = 20_000  # model evaluations (prompts); 10^L <= budget -> exhaustive
+DEFAULT_TOKEN_BUDGET = 2_000_000  # the default budget shrinks for long prompts: at most this many tokens
 _CHUNK_TOKENS = 1 << 17
 _ADDITION_MIN_REASON = "with 1-digit operands the only rearrangement of '$a+b=' swaps a and b, and a+b = b+a"
 
@@ -128,12 +130,16 @@ def _exhaustive(space: SearchSpace, chunk: int) -> Iterator[_Batch]:
         yield batch
 
 
-def _rearrangements(x: np.ndarray, rng: np.random.Generator, tries: int) -> Iterator[np.ndarray]:
-    """Slot permutations of ``x`` to try: random transpositions of two different digits, and shuffles."""
+def _rearrangements(x: np.ndarray, rng: np.random.Generator, tries: int, ends: np.ndarray) -> Iterator[np.ndarray]:
+    """Slot permutations of ``x`` to try: transpositions of a slot next to a separator (``ends``: where
+    the first answer token of addition, multiplication, copy and reverse reads its digits) with any
+    other slot, transpositions of two random slots, and shuffles. Identity rearrangements are skipped."""
     L = len(x)
-    for _ in range(tries):
-        if rng.random() < 0.5:
-            i, j = rng.choice(L, size=2, replace=False)
+    for t in range(tries):
+        kind = t % 3
+        if kind < 2:
+            i = rng.choice(ends) if kind == 0 else rng.integers(L)
+            j = rng.choice(np.delete(np.arange(L), i))
             perm = np.arange(L)
             perm[[i, j]] = perm[[j, i]]
         else:
@@ -145,6 +151,8 @@ def _rearrangements(x: np.ndarray, rng: np.random.Generator, tries: int) -> Iter
 def _random(space: SearchSpace, rng: np.random.Generator, chunk: int, state: "_State") -> Iterator[_Batch]:
     """Guided random search: oracle-filtered rearrangements, then hill-climbing on the closest pair."""
     L = space.n_slots
+    ends = np.array([k for k, pos in enumerate(space.slots)
+                     if space.template[pos - 1] != "_" or pos + 1 == len(space.template) or space.template[pos + 1] != "_"])
     for size in _sizes(chunk):
         batch = _Batch()
         climb = state.evaluated >= state.budget // 2 and state.closest_perm is not None
@@ -159,7 +167,7 @@ def _random(space: SearchSpace, rng: np.random.Generator, chunk: int, state: "_S
                 candidates = [perm] if not np.array_equal(x[perm], x) else []
             else:
                 x = rng.integers(0, 10, size=L)
-                candidates = list(_rearrangements(x, rng, tries=4))
+                candidates = list(_rearrangements(x, rng, tries=6, ends=ends))
             ax = space.answer(x)
             kept = [p for p in candidates if space.answer(x[p]) != ax][:2]
             if not kept:
@@ -198,17 +206,20 @@ def _comparison(space: SearchSpace, ids: np.ndarray, logits: np.ndarray, answers
 
 def search(
     model: Callable[..., torch.Tensor], task: str | Any = "addition", n_digits: int = 3,
-    budget: int = DEFAULT_BUDGET, *, seed: int = 0, rtol: float | None = None,
+    budget: int | None = None, *, seed: int = 0, rtol: float | None = None,
     pos_ids_fn: Callable[[torch.Tensor], torch.Tensor] | None = None, exhaustive: bool | None = None,
 ) -> SearchReport:
     """Search for a Proposition 5.2 counterexample (see the module docstring); never raises for a
     model that distinguishes the pairs (the report's ``certificate`` is then ``None``).
 
-    ``budget`` bounds the number of prompts the model is evaluated on; ``exhaustive`` forces the mode
+    ``budget`` bounds the number of prompts the model is evaluated on (default :data:`DEFAULT_BUDGET`,
+    fewer for long prompts: at most :data:`DEFAULT_TOKEN_BUDGET` tokens); ``exhaustive`` forces the mode
     (default: exhaustive when all 10^L fillings fit the budget). Raises :class:`BadInput` for an
     unknown task or too few digits, :class:`ModelMismatchError` for a model that does not fit."""
     task_obj = resolve_task(task)
     space = SearchSpace(task_obj, n_digits)
+    if budget is None:
+        budget = max(200, min(DEFAULT_BUDGET, DEFAULT_TOKEN_BUDGET // len(space.base)))
     if budget < 2:
         raise BadInput(f"budget must allow at least 2 model evaluations, got {budget}")
     check_vocabulary(model, task_obj)
@@ -267,7 +278,7 @@ def search(
 
 def find_counterexample(
     model: Callable[..., torch.Tensor], task: str | Any = "addition", n_digits: int = 3,
-    budget: int = DEFAULT_BUDGET, **kwargs: Any,
+    budget: int | None = None, **kwargs: Any,
 ) -> Certificate:
     """A verified Proposition 5.2 certificate for ``model`` (arguments as for :func:`search`).
 
@@ -287,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 __all__ = [
-    "BadInput", "Certificate", "Comparison", "DEFAULT_BUDGET", "DEFAULT_RTOL", "Distinguished", "EXIT_BAD_INPUT",
+    "BadInput", "Certificate", "Comparison", "DEFAULT_BUDGET", "DEFAULT_RTOL", "DEFAULT_TOKEN_BUDGET", "Distinguished", "EXIT_BAD_INPUT",
     "EXIT_COUNTEREXAMPLE", "EXIT_DISTINGUISHED", "INVARIANCE", "ModelMismatchError", "Prompt", "SearchReport",
     "SearchSpace", "coupled_pos_ids", "find_counterexample", "last_logits", "main", "proposition_note", "search",
 ]

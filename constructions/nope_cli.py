@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import textwrap
 from typing import Any, Callable
@@ -62,8 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="'random' (default): a random transformer (options below); 'construction': the Theorem 5.1 "
                    "addition transformer with coupled position IDs; or PATH to a .safetensors/.npz lengthgen model")
     p.add_argument("--seed", type=int, default=0, help="seed of the random model and of the search (default 0)")
-    p.add_argument("--budget", type=int, default=20_000,
-                   help="most prompts to evaluate (default 20000); exhaustive when all 10^slots fillings fit")
+    p.add_argument("--budget", type=int,
+                   help="most prompts to evaluate (default 20000, fewer for long prompts: at most 2e6 tokens); "
+                   "the search is exhaustive when all 10^slots fillings fit")
     p.add_argument("--rtol", type=float, help="relative tolerance for 'identical logits' (default by logits dtype)")
     p.add_argument("--positions", default="auto", choices=["auto", "plain", "coupled"],
                    help="position IDs fed to a model with learned positions: plain 0..T-1, or the task's coupled IDs "
@@ -130,22 +132,41 @@ def load(args: argparse.Namespace, task: Any) -> tuple[Any, str, Callable | None
     return model, what + (", coupled position IDs" if coupled else ""), coupled_pos_ids(task) if coupled else None
 
 
-def _spaced(text: str) -> str:
-    return " ".join(text)
+def compact_template(template: str) -> str:
+    """``$___+___=`` as is; long runs of slots as ``[1000 digits]``."""
+    return re.sub(r"_{9,}", lambda m: f"[{len(m.group())} digits]", template)
+
+
+def _aligned(a: str, b: str, context: int = 3, limit: int = 40) -> tuple[str, str, str]:
+    """Both prompts spaced out token by token, with a ``^`` under each differing token; prompts longer
+    than ``limit`` tokens keep only the ends and ``context`` tokens around each difference (``…``)."""
+    n = len(a)
+    keep = [True] * n
+    if n > limit:
+        diffs = [k for k in range(n) if a[k] != b[k]]
+        keep = [k < 4 or k >= n - 4 or any(abs(k - d) <= context for d in diffs) for k in range(n)]
+    rows = ["", "", ""]
+    for k in range(n):
+        if not keep[k]:
+            if k == 0 or keep[k - 1]:
+                rows = [r + "… " for r in rows[:2]] + [rows[2] + "  "]
+            continue
+        rows = [rows[0] + a[k] + " ", rows[1] + b[k] + " ", rows[2] + ("^ " if a[k] != b[k] else "  ")]
+    return rows[0].rstrip(), rows[1].rstrip(), rows[2].rstrip()
 
 
 def format_pair(c: Comparison) -> list[str]:
     """The two prompts aligned, with the correct and the model's next tokens."""
-    a, b = _spaced(c.prompt_a.text), _spaced(c.prompt_b.text)
+    a, b, marks = _aligned(c.prompt_a.text, c.prompt_b.text)
     width = max(len(a), len("prompt"))
-    marks = "".join("^" if x != y else " " for x, y in zip(a, b)).rstrip()
     rows = [f"     {'prompt':<{width}}  correct  model",
             f"  A  {a:<{width}}  {c.token(c.correct_a)!s:<7}  {c.token(c.predicted_a)}"
             + ("   (wrong)" if "a" in c.wrong_on else ""),
             f"  B  {b:<{width}}  {c.token(c.correct_b)!s:<7}  {c.token(c.predicted_b)}"
             + ("   (wrong)" if "b" in c.wrong_on else ""),
             f"     {marks}",
-            f"     B rearranges the marked tokens of A; same tokens, same last token {c.prompt_a.text[-1]!r}"]
+            f"     B rearranges the marked tokens of A; same tokens, same last token {c.prompt_a.text[-1]!r}"
+            + (f"; {len(a.split()) - a.count('…')} of {len(c.prompt_a.text)} tokens shown" if "…" in a else "")]
     scale = c.tolerance / c.rtol if c.rtol else 0.0
     rows.append(f"  max |logit_A - logit_B| = {c.max_logit_diff:.3g}   "
                 f"(tolerance {c.tolerance:.3g} = rtol {c.rtol:g} × logit scale {scale:.3g})")
@@ -153,7 +174,7 @@ def format_pair(c: Comparison) -> list[str]:
 
 
 def render(report: SearchReport, what: str, verified: bool | None) -> str:
-    head = f"task     : {report.task}, n = {report.n_digits} (prompts {report.template})"
+    head = f"task     : {report.task}, n = {report.n_digits} (prompts {compact_template(report.template)})"
     mode = "exhaustive" if report.mode == "exhaustive" else "guided random"
     lines = [head, f"model    : {what}", f"           {report.model_note}",
              f"search   : {mode}; {report.prompts_evaluated} prompts evaluated, {report.pairs_compared} pairs compared", ""]
@@ -177,18 +198,22 @@ def run(args: argparse.Namespace) -> int:
     from constructions.nope import search
 
     task = resolve_task(args.task)
-    if args.budget < 2:
+    if args.budget is not None and args.budget < 2:
         raise BadInput(f"--budget must be at least 2, got {args.budget}")
     model, what, pos_ids_fn = load(args, task)
     report = search(model, task, args.digits, args.budget, seed=args.seed, rtol=args.rtol, pos_ids_fn=pos_ids_fn)
     verified = None if report.certificate is None else report.certificate.verify(model, pos_ids_fn, args.rtol)
     if args.json:
-        print(json.dumps({**report.to_dict(), "model": what, "verified": verified}, indent=2))
+        text = json.dumps({**report.to_dict(), "model": what, "verified": verified}, indent=2)
     else:
-        print(render(report, what, verified))
-    if report.certificate is not None and verified:
-        return EXIT_COUNTEREXAMPLE
-    return EXIT_DISTINGUISHED
+        text = render(report, what, verified)
+    code = EXIT_COUNTEREXAMPLE if report.certificate is not None and verified else EXIT_DISTINGUISHED
+    try:
+        print(text)
+        sys.stdout.flush()
+    except BrokenPipeError:  # e.g. piped into head: the exit status still says what was found
+        sys.stdout = None
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -131,3 +131,15 @@ def test_module_runs_from_any_directory(tmp_path):
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "Proposition 5.2 counterexample" in proc.stdout and proc.stderr == ""
+
+
+def test_long_prompts_are_shown_around_the_differences(capsys):
+    code, out, _ = run(capsys, "--task", "addition", "--digits", "60")
+    assert code == 0 and "[60 digits]" in out and "of 123 tokens shown" in out
+    a_row = next(line for line in out.splitlines() if line.startswith("  A  "))
+    b_row = next(line for line in out.splitlines() if line.startswith("  B  "))
+    assert "…" in a_row and a_row.index("…") == b_row.index("…")  # elided alike, so still aligned
+    marks = next(line for line in out.splitlines() if set(line.strip()) == {"^"} or set(line.strip()) == {"^", " "})
+    for col, ch in enumerate(marks):
+        if ch == "^":
+            assert a_row[col] != b_row[col]
