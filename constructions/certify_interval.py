@@ -11,11 +11,15 @@ final numbers are interval-checked, not float64 estimates.
 """
 from __future__ import annotations
 
+import math
+
 import mpmath
 import numpy as np
 from mpmath import iv
 
 from lengthgen.tasks import ADDITION
+
+from .certify_ffn import ROLE_A, ROLE_B, ROLE_C, ROLE_EQ, ROLE_PLUS
 
 PREC = 200
 DIGITS = [ADDITION.vocabulary[str(k)] for k in range(10)]
@@ -118,3 +122,32 @@ def head_bounds_iv(W, h: int, query_pos: int, query_id: int, member_keys: list[t
             worst["rpos"] = max(worst["rpos"], _upper(rpos))
         return {k: float(v + abs(v) * mpmath.mpf("1e-14")) if mpmath.isfinite(v) else float(v)
                 for k, v in worst.items()}
+
+
+def interval_check(W, L, heads: list, parts: list[dict], cls: np.ndarray,
+                    k: np.ndarray, m_max: int, pert: float, cache: dict) -> list[dict]:
+    """Re-derive, in mpmath intervals, the bounds of each head's worst query in every class and
+    check that the float64 scan did not under-estimate them (it must dominate them)."""
+    role_tokens = {ROLE_A: DIGITS, ROLE_B: DIGITS, ROLE_C: DIGITS, ROLE_PLUS: [ADDITION.PLUS], ROLE_EQ: [ADDITION.EQUALS]}
+    used = np.unique(L.ids)
+    code = used[used > 0]
+    out = []
+    for h, (hb, part) in enumerate(zip(heads, parts)):
+        tv = part["leak"] + part["spread"] + part["float"]
+        summary = {"log_leak": -math.inf, "eta": 0.0, "rpos": 0.0, "checked": 0}
+        for c in range(int(cls.max()) + 1):
+            members = np.nonzero(cls == c)[0]
+            i = int(members[np.argmax(tv[members])])
+            keys = [(role_tokens[int(L.role[p])], int(L.ids[p])) for p in hb.members[i] if p >= 0]
+            got = head_bounds_iv(W, h, int(k[i]), int(L.ids[L.queries[i]]), keys, code, m_max, pert, cache)
+            f64_leak, f64_eta = hb.log_leak[i] + 2 * pert, hb.eta[i] + 2 * pert
+            tol = 1e-9 * (1 + abs(f64_leak))
+            if got["log_leak"] > f64_leak + tol or got["eta"] > f64_eta + 1e-9 * (1 + f64_eta):
+                raise AssertionError(f"head {h + 1}, query {i}: interval bounds {got} exceed the float64 scan "
+                                     f"(log leak {f64_leak}, eta {f64_eta})")
+            summary["log_leak"] = max(summary["log_leak"], got["log_leak"])
+            summary["eta"] = max(summary["eta"], got["eta"])
+            summary["rpos"] = max(summary["rpos"], got["rpos"])
+            summary["checked"] += 1
+        out.append(summary)
+    return out

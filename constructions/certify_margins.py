@@ -31,7 +31,6 @@ a statement about all 10^{2N} inputs. Position IDs start at s = ``START_ID`` (th
 """
 from __future__ import annotations
 
-import copy
 import hashlib
 import math
 from dataclasses import dataclass, field
@@ -43,10 +42,11 @@ from lengthgen.model import Transformer
 from lengthgen.positions import coupled_addition_ids
 from lengthgen.tasks import ADDITION
 
-from .addition import START_ID, position_dims, weight_entries
+from .addition import START_ID, position_dims
 from .certify_ffn import (ROLE_A, ROLE_B, ROLE_BOS, ROLE_C, ROLE_EQ, ROLE_PLUS, ClassSpec, LocalityError, ffn_check,
                           ffn_tables)
 from .certify_float import FloatTerms, attention_float_terms, zero_terms
+from .certify_interval import interval_check
 
 DIGITS = [ADDITION.vocabulary[str(k)] for k in range(10)]
 BOS, PLUS, EQ = ADDITION.BOS, ADDITION.PLUS, ADDITION.EQUALS
@@ -237,37 +237,6 @@ def _head_bounds(W: Weights, L: Layout, h: int, pos_table: np.ndarray, m_max: in
     return HeadBounds(members, (members >= 0).sum(1) + 1, out["eta"], out["log_leak"], gap, out["log_rpos"], range_out)
 
 
-def _interval_check(W: Weights, L: Layout, heads: list[HeadBounds], parts: list[dict], cls: np.ndarray,
-                    k: np.ndarray, m_max: int, pert: float, cache: dict) -> list[dict]:
-    """Re-derive, in mpmath intervals, the bounds of each head's worst query in every class and
-    check that the float64 scan did not under-estimate them (it must dominate them)."""
-    from .certify_interval import head_bounds_iv
-
-    role_tokens = {ROLE_A: DIGITS, ROLE_B: DIGITS, ROLE_C: DIGITS, ROLE_PLUS: [PLUS], ROLE_EQ: [EQ]}
-    used = np.unique(L.ids)
-    code = used[used > 0]
-    out = []
-    for h, (hb, part) in enumerate(zip(heads, parts)):
-        tv = part["leak"] + part["spread"] + part["float"]
-        summary = {"log_leak": -math.inf, "eta": 0.0, "rpos": 0.0, "checked": 0}
-        for c in range(int(cls.max()) + 1):
-            members = np.nonzero(cls == c)[0]
-            i = int(members[np.argmax(tv[members])])
-            keys = [(role_tokens[int(L.role[p])], int(L.ids[p])) for p in hb.members[i] if p >= 0]
-            got = head_bounds_iv(W, h, int(k[i]), int(L.ids[L.queries[i]]), keys, code, m_max, pert, cache)
-            f64_leak, f64_eta = hb.log_leak[i] + 2 * pert, hb.eta[i] + 2 * pert
-            tol = 1e-9 * (1 + abs(f64_leak))
-            if got["log_leak"] > f64_leak + tol or got["eta"] > f64_eta + 1e-9 * (1 + f64_eta):
-                raise AssertionError(f"head {h + 1}, query {i}: interval bounds {got} exceed the float64 scan "
-                                     f"(log leak {f64_leak}, eta {f64_eta})")
-            summary["log_leak"] = max(summary["log_leak"], got["log_leak"])
-            summary["eta"] = max(summary["eta"], got["eta"])
-            summary["rpos"] = max(summary["rpos"], got["rpos"])
-            summary["checked"] += 1
-        out.append(summary)
-    return out
-
-
 def _group_rows(rows: np.ndarray) -> np.ndarray:
     """Group index of each row (rows with identical bytes share one), in order of first appearance."""
     rows = np.ascontiguousarray(rows)
@@ -322,7 +291,7 @@ def certify(model: Transformer, n: int, dtype: str | None = None, start: int = S
         heads = [_head_bounds(W, L, h, table, m_max) for h in range(H)]
     except StructureError as err:
         return _fail(n, W, dtype, "structure", str(err))
-    lam_exact = [np.minimum(1.0, np.exp(hb.log_leak)) for hb in heads]
+    lam_exact = [np.minimum(1.0, np.exp(np.minimum(hb.log_leak, 1.0))) for hb in heads]
     ft = zero_terms(W.W_E.shape[1], W.W_in.shape[1]) if dtype == "real" else attention_float_terms(
         W, dtype, len(L.ids), int(max(hb.size.max() for hb in heads)))
     if ft.overflow:
@@ -335,9 +304,10 @@ def certify(model: Transformer, n: int, dtype: str | None = None, start: int = S
     pert = ft.score_error + arith
     parts = []  # per head: (leak, spread, float) TV parts per query
     for hb, lam in zip(heads, lam_exact):
-        lam_f = np.minimum(1.0, np.exp(hb.log_leak + 2 * pert))
-        spread = np.expm1(hb.eta) / 4
-        spread_f = np.expm1(hb.eta + 2 * pert) / 4
+        # total variation never exceeds 1, so each part is clamped there (also keeps inf/nan out)
+        lam_f = np.minimum(1.0, np.exp(np.minimum(hb.log_leak + 2 * pert, 1.0)))
+        spread = np.minimum(1.0, np.expm1(np.minimum(hb.eta, 10.0)) / 4)
+        spread_f = np.minimum(1.0, np.expm1(np.minimum(hb.eta + 2 * pert, 10.0)) / 4)
         parts.append({"leak": lam, "spread": spread, "float": (lam_f - lam) + (spread_f - spread), "lam_f": lam_f})
     # classes of answer positions: same S pattern relative to the query and same positional effect
     Q = len(L.queries)
@@ -371,6 +341,9 @@ def certify(model: Transformer, n: int, dtype: str | None = None, start: int = S
     for part in parts:
         np.maximum.at(lam_worst, cls, part["lam_f"])
     deltas["float"] += ft.resid_error[None, :] + ft.tail(lam_worst)
+    if not (all(np.all(np.isfinite(v)) for v in deltas.values()) and np.all(np.isfinite(ft.pre_error))
+            and math.isfinite(ft.logit_error)):
+        return _fail(n, W, dtype, "float", "a bound is not finite (overflow in the float term)", float_terms=ft)
     digest = W.digest("W_E", "W_V", "b_V", "W_O", "b_O", "W_in", "b_in", "W_out", "b_out", "W_U", "b_U")
     classes, slack, failure = [], math.inf, None
     for c in range(n_cls):
@@ -393,7 +366,7 @@ def certify(model: Transformer, n: int, dtype: str | None = None, start: int = S
             slack = check.slack
             if slack <= 1:
                 failure = (max(check.parts, key=check.parts.get), spec.describe(), check)
-    interval = _interval_check(W, L, heads, parts, cls, k, m_max, pert, cache) if interval else [None] * H
+    interval = interval_check(W, L, heads, parts, cls, k, m_max, pert, cache) if interval else [None] * H
     labels = W.labels
     worst = {labels[r]: {s: float(deltas[s][:, r].max()) for s in deltas} for r in coords}
     head_info = []

@@ -1,6 +1,8 @@
 """Text report of the margins certificate (``python -m constructions.certify margins``)."""
 from __future__ import annotations
 
+import math
+
 from .certify_margins import Certificate
 from .certify_search import SharpnessSearch
 
@@ -24,7 +26,8 @@ def margins_lines(cert: Certificate, meta: dict, search: SharpnessSearch | None,
     out += [
         f"covers every input of length N (10^{2 * n} operand pairs) at all {positions} answer positions: "
         f"{len(cert.classes)} classes, {configs} local configurations",
-        "attention (scores α·κ read from W_E, W_pos, W_Q, W_K, biases; worst query per head):",
+        "attention (scores α·κ read from W_E, W_pos, W_Q, W_K, biases; keys at other IDs bounded by ∏_e F_e − 1, "
+        "for the hypercube code Σ_h C(P,h)·e^(−2M·h) over Hamming distance h; worst query per head):",
     ]
     for h, info in enumerate(cert.heads):
         sizes = ", ".join(map(str, info["sizes"]))
@@ -32,9 +35,11 @@ def margins_lines(cert: Certificate, meta: dict, search: SharpnessSearch | None,
             f"  head {h + 1}: |S| ∈ {{{sizes}}}; score gap to other keys ≥ {info['gap']:.4g}; "
             f"leak λ ≤ {_fmt(info['leak'])}; score spread in S η ≤ {_fmt(info['eta'])}; "
             f"TV to uniform on S ≤ {_fmt(info['tv'])}")
-        if "hamming" in info:
-            out.append(f"          other IDs: Σ_h C({cert.P},h)·e^(−h·{info['coord_gap']:.4g}) = "
-                       f"{info['hamming']} (mpmath interval; IDs at Hamming distance h)")
+        iv = info.get("interval")
+        if iv:
+            lam = math.exp(iv["log_leak"]) if iv["log_leak"] < 700 else math.inf
+            out.append(f"          re-derived in mpmath intervals ({iv['checked']} worst queries, one per class): "
+                       f"λ ≤ {_fmt(min(lam, 1.0))}, η ≤ {_fmt(iv['eta'])} (incl. the float term)")
     if cert.float_terms is not None and dt != "real":
         out.append(f"{dt} term:")
         out += [f"  {line}" for line in cert.float_terms.describe()]

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import time
 from pathlib import Path
 
@@ -39,7 +38,7 @@ from .addition import START_ID, build_model, max_digits_for
 
 FIGURES = Path(__file__).resolve().parents[1] / "figures"
 DTYPES = ("bfloat16", "float16", "float32", "float64")
-D_MODELS = (23, 27, 31, 35, 41, 45)
+D_MODELS = (23, 27, 31, 35, 41, 45, 101, 201, 512)
 CAP = 4096
 STAGES = (("scores", "score rounding"), ("values", "value rounding"), ("ffn", "FFN margin"))
 INPUT_NAMES = ("carry chain 99..9+0..01", "all 9s 99..9+99..9", "all zeros", "alternating 9090..+9090..")
@@ -173,6 +172,19 @@ def recompute(dtypes=DTYPES, d_models=D_MODELS, cap: int = CAP, log=print) -> di
             "seconds": round(time.perf_counter() - t0, 1), "results": results}
 
 
+def merge(old: dict, new: dict) -> dict:
+    """Cached entries updated by freshly measured ones (same dtype and d are replaced); the cap
+    must agree, since entries measured under different caps are not comparable."""
+    if old.get("cap") != new["cap"] or old.get("version") != new["version"]:
+        return new
+    entries = {(e["dtype"], e["d_model"]): e for e in old["results"]}
+    entries.update({(e["dtype"], e["d_model"]): e for e in new["results"]})
+    order = {dt: i for i, dt in enumerate(DTYPES)}
+    merged = dict(new, seconds=round(old.get("seconds", 0) + new["seconds"], 1))
+    merged["results"] = sorted(entries.values(), key=lambda e: (order.get(e["dtype"], 9), e["d_model"]))
+    return merged
+
+
 def table_lines(data: dict) -> list[str]:
     head = (f"{'dtype':<9} {'d':>4} {'n_max(d)':>9} {'certified N':>12} {'largest exact N':>16} {'first failure':>14}"
             "  reason")
@@ -193,7 +205,9 @@ def table_lines(data: dict) -> list[str]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--recompute", action="store_true", help="measure again instead of reading the cached JSON")
+    p.add_argument("--recompute", action="store_true",
+                   help="measure the requested formats × widths again and merge them into the cached JSON")
+    p.add_argument("--fresh", action="store_true", help="with --recompute: replace the cache instead of merging")
     p.add_argument("--json", type=Path, default=FIGURES / "precision.json", help="cache file (default figures/precision.json)")
     p.add_argument("--figure", type=Path, default=FIGURES / "precision.png",
                    help="figure path; a .pdf is written next to it (default figures/precision.png)")
@@ -214,6 +228,8 @@ def run_precision(args: argparse.Namespace) -> int:
     if args.recompute or not args.json.exists():
         print(f"measuring {len(args.dtypes)} formats × {len(args.d_models)} widths (cap {args.cap} digits) ...")
         data = recompute(args.dtypes, args.d_models, args.cap)
+        if args.json.exists() and not args.fresh:
+            data = merge(json.loads(args.json.read_text()), data)
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(data, indent=1) + "\n")
     else:

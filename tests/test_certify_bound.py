@@ -75,6 +75,6 @@ def test_bound_is_tight_one_more_digit_breaks_the_construction() -> None:
     with the table extended anyway (IDs wrap around the hypercube), exact hard-max arithmetic fails."""
     model = ExactModel.build(21, START_ID + 3 + 1)
     assert check_pairs(model, 2, [(99, 99), (57, 68)])[1] == []
-    pairs = [(a, b) for a in range(0, 1000, 37) for b in range(0, 1000, 41)]
+    pairs = [(a, b) for a in range(0, 1000, 199) for b in range(0, 1000, 211)]
     _, wrong = check_pairs(model, 3, pairs)
-    assert wrong, "the construction should break beyond n_max(d)"
+    assert len(wrong) > len(pairs) // 2, "the construction should break beyond n_max(d)"

@@ -121,3 +121,10 @@ def test_float_terms_grow_with_the_unit_roundoff() -> None:
     assert errs[1] == pytest.approx(errs[0] * 2.0**29, rel=1e-3)  # ∝ u (γ_n ≈ n·u at these sizes)
     cert16 = certify(model, 30, "bfloat16")
     assert not cert16.passed and cert16.reason in ("float", "spread")
+
+
+def test_an_overflowing_float_term_fails_instead_of_passing() -> None:
+    """bfloat16 at d = 201: γ_n·u·(M·P) is huge; the bounds must FAIL, never turn into nan/PASS."""
+    model, _ = build_model(n_digits=2, d_model=201, dtype="bfloat16")
+    cert = certify(model, 2, interval=False)
+    assert not cert.passed and cert.reason == "float", cert.message
