@@ -33,6 +33,7 @@ from .addition import START_ID, CapacityError, hypercube_code, residual_basis
 
 sys.set_int_max_str_digits(0)
 POSITION_BLOCKS = ("POS_1", "POS_2")
+MAX_CERTIFY_DIGITS = 2_000_000
 
 
 @dataclass(frozen=True)
@@ -206,6 +207,9 @@ def _run_margins(args: argparse.Namespace) -> int:
 
     d = args.d_model if args.d_model is not None else d_model_for(max(args.digits, 1))
     err = _check_d(d) or _check_digits(args.digits, d)
+    if not err and args.digits > MAX_CERTIFY_DIGITS:
+        err = (f"--digits {args.digits} is beyond what this tool certifies on one machine ({MAX_CERTIFY_DIGITS}: the "
+               "model holds a position table of N + 3 rows)")
     if err:
         return _bad(err)
     if args.M is not None and not args.M > 0:

@@ -96,17 +96,22 @@ def head_bounds_iv(W, h: int, query_pos: int, query_id: int, member_keys: list[t
             qp = _dot(W.W_pos[query_id], W.W_Q[h])
             alpha = [iv.mpf(W.scale) * (a + b) for a, b in zip(qx, qp)]
             best, prod_f, prod_g, tie = iv.mpf(0), iv.mpf(1), iv.mpf(1), False
+            second = mpmath.inf  # smallest gap between a coordinate's best and second-best value
             for a_e, vals in zip(alpha, kvals):
                 prods = [a_e * v for v in vals]
                 top = _max_iv(prods)
                 above = [p for p in prods if p.b >= top.a]  # candidates for the maximum
                 tie |= len(above) > 1
+                rest = [p for p in prods if p is not above[0]]
+                if rest:
+                    second = min(second, mpmath.mpf((top - _max_iv(rest)).a.a))
                 best += top
                 f = sum((iv.exp(p - top) for p in prods), iv.mpf(0))
                 prod_f *= f
                 prod_g *= 1 + sum((iv.exp(p - top) for p in prods if p is not above[0]), iv.mpf(0))
             n_code = iv.mpf(len(code_ids))
-            rpos = _min_iv([prod_f, n_code]) if tie else _min_iv([prod_g - 1, n_code])
+            cap = n_code * iv.exp(-iv.mpf(second)) if mpmath.isfinite(second) else iv.mpf(0)
+            rpos = _min_iv([prod_f, n_code]) if tie else _min_iv([prod_g - 1, cap])
             tau = [sum((a * k for a, k in zip(alpha, kE[y])), iv.mpf(0)) for y in range(len(kE))]
             s_bos = tau[ADDITION.BOS] + sum((a * k for a, k in zip(alpha, kP0)), iv.mpf(0))
             scores = [s_bos] + [best + _min_iv([tau[y] for y in toks]) for toks, _ in member_keys] \

@@ -206,7 +206,7 @@ def _head_bounds(W: Weights, L: Layout, h: int, pos_table: np.ndarray, m_max: in
             bcode = bcode * radix[e] + vals.argmax(1)[inv]
         with np.errstate(divide="ignore"):
             log_rpos = np.where(tie, np.minimum(log_f, math.log(len(code))),
-                                np.log(np.minimum(np.expm1(log_g), len(code))))
+                                np.log(np.minimum(np.expm1(log_g), len(code) * np.exp(-second))))
         where = np.minimum(np.searchsorted(sorted_codes, bcode), len(code) - 1)
         found = (sorted_codes[where] == bcode) & ~tie
         qstar = np.where(found, code[order[where]], -1)

@@ -24,6 +24,9 @@ ROOT = Path(__file__).resolve().parents[1]
     (["exact", "--d-model", "23", "--sample-digits", "9"], "exceeds n_max(23)"),
     (["precision", "--d-models", "20"], "at least 21"),
     (["margins"], "required"),
+    (["margins", "--digits", "1000000000"], "beyond what this tool certifies"),
+    (["bound", "--table", "--max-d", "19"], "at least 21"),
+    (["exact", "--exhaustive", "5"], "--exhaustive must be 0 … 3"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, needle, capsys) -> None:
     try:
