@@ -17,8 +17,10 @@ import sys
 import textwrap
 from typing import Any, Callable
 
+import torch
+
 from constructions.nope_certificate import (
-    EXIT_BAD_INPUT, EXIT_COUNTEREXAMPLE, EXIT_DISTINGUISHED, INVARIANCE, BadInput, Comparison, SearchReport,
+    DEFAULT_RTOL, EXIT_BAD_INPUT, EXIT_COUNTEREXAMPLE, EXIT_DISTINGUISHED, INVARIANCE, BadInput, Comparison, SearchReport,
     coupled_pos_ids, resolve_task,
 )
 
@@ -170,6 +172,9 @@ def format_pair(c: Comparison) -> list[str]:
     scale = c.tolerance / c.rtol if c.rtol else 0.0
     rows.append(f"  max |logit_A - logit_B| = {c.max_logit_diff:.3g}   "
                 f"(tolerance {c.tolerance:.3g} = rtol {c.rtol:g} × logit scale {scale:.3g})")
+    if c.float64_diff is not None:
+        rows.append(f"  float64 copy of the model: relative difference {c.float64_diff:.3g} "
+                    f"(tolerance {DEFAULT_RTOL[torch.float64]:g})")
     return rows
 
 
@@ -188,9 +193,14 @@ def render(report: SearchReport, what: str, verified: bool | None) -> str:
         lines = ["No counterexample: " + report.summary().split(": ", 1)[1], ""] + lines
         if report.closest is not None:
             lines += ["closest pair (smallest logit difference relative to the tolerance):"] + format_pair(report.closest)
-            lines.append("  the logits differ by more than float rounding, so this pair is no counterexample"
-                         if not report.closest.identical else
-                         "  the logits agree, but the model is right on both prompts")
+            c = report.closest
+            if not c.identical:
+                lines.append("  the logits differ by more than float rounding, so this pair is no counterexample")
+            elif c.float64_diff is not None and c.float64_diff > DEFAULT_RTOL[torch.float64]:
+                lines.append(f"  the logits agree within the tolerance, but a float64 copy of the model tells the prompts "
+                             f"apart (relative difference {c.float64_diff:.3g}): rounding hid an order effect")
+            else:
+                lines.append("  the logits agree, but the model is right on both prompts")
     return "\n".join(lines)
 
 

@@ -5,6 +5,7 @@ last-token conditions on the prompt *texts*, the correct answers from Python int
 string slicing, and the model's logits from a direct call."""
 from __future__ import annotations
 
+import copy
 import dataclasses
 import re
 from collections import Counter
@@ -67,6 +68,11 @@ def check_independently(cert: Certificate, model, task_name: str, pos_ids_fn=Non
     assert pa != ca or pb != cb, "the model is right on both"
     assert set(cert.wrong_on) == {n for n, p, c in (("a", pa, ca), ("b", pb, cb)) if p != c}
     assert cert.max_logit_diff <= cert.tolerance == pytest.approx(cert.rtol * scale, rel=1e-6)
+    if isinstance(model, torch.nn.Module):  # and really identical: a float64 copy agrees to ~1e-16
+        with torch.no_grad():
+            l64 = copy.deepcopy(model).double()(tokens)[:, -1]
+        assert float((l64[0] - l64[1]).abs().max()) <= 1e-12 * float(l64.abs().max())
+        assert cert.float64_diff is not None and cert.float64_diff <= 1e-12
     assert cert.verify(model, pos_ids_fn)
 
 
@@ -282,3 +288,29 @@ def test_init_random_is_deterministic_and_fills_every_parameter():
     assert 0.1 < float(w_in.detach().std()) < 0.15
     w_o = a.blocks[0].attn.W_O  # fan-in 4 heads × 16: std 1/8
     assert 0.1 < float(w_o.detach().std()) < 0.15
+
+
+def test_a_float64_copy_exposes_order_effects_hidden_by_the_tolerance():
+    """With a tolerance loose enough to swallow a 2-layer model's order effect (emulating rounding at
+    long lengths), the module is still reported distinguished: its float64 copy tells the pair apart.
+    A plain callable has no float64 copy, so there the claim rests on the tolerance alone."""
+    model = random_transformer(13, n_layers=2, seed=0)
+    report = search(model, "addition", 3, budget=600, rtol=1e-2)
+    assert report.status == "distinguished"
+    assert report.closest.identical and report.closest.float64_diff > 1e-4
+    cert = find_counterexample(lambda t: model(t), "addition", 3, budget=600, rtol=1e-2)
+    assert cert.float64_diff is None and cert.verify(lambda t: model(t), rtol=1e-2)
+    problems = cert.problems(model, rtol=1e-2)
+    assert any("float64 copy of the model distinguishes" in p for p in problems), problems
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float64"])
+def test_other_precisions(dtype):
+    one = random_transformer(13, seed=1, dtype=dtype, normalization="LN")
+    cert = find_counterexample(one, "addition", 3, budget=600)
+    assert cert.rtol == {"float16": 0.0, "bfloat16": 0.0, "float64": 1e-12}[dtype]
+    assert cert.max_logit_diff <= cert.tolerance and cert.verify(one)
+    assert (cert.float64_diff is None) == (dtype == "float64")
+    assert cert.float64_diff is None or cert.float64_diff < 1e-14
+    with pytest.raises(Distinguished):
+        find_counterexample(random_transformer(13, n_layers=2, seed=1, dtype=dtype), "addition", 3, budget=600)
