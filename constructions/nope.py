@@ -155,8 +155,8 @@ def _rearrangements(x: np.ndarray, rng: np.random.Generator, tries: int, ends: n
 def _random(space: SearchSpace, rng: np.random.Generator, chunk: int, state: "_State") -> Iterator[_Batch]:
     """Guided random search: oracle-filtered rearrangements, then hill-climbing on the closest pair."""
     L = space.n_slots
-    ends = np.array([k for k, pos in enumerate(space.slots)
-                     if space.template[pos - 1] != "_" or pos + 1 == len(space.template) or space.template[pos + 1] != "_"])
+    padded = space.template + "$"
+    ends = np.array([k for k, pos in enumerate(space.slots) if padded[pos - 1] != "_" or padded[pos + 1] != "_"])
     for size in _sizes(chunk):
         batch = _Batch()
         climb = state.evaluated >= state.budget // 2 and state.closest_perm is not None
@@ -262,7 +262,8 @@ def search(
         rejected: tuple[int, Comparison] | None = None
         for k in hits[:8]:
             i, j = batch.pairs[k][0], batch.pairs[k][1]
-            d64 = None if dtype == torch.float64 else float64_recheck(model, ids[[i, j]], len(task_obj.vocab), pos_ids_fn)
+            d64 = None if dtype == torch.float64 else float64_recheck(model, ids[[i, j]], len(task_obj.vocab),
+                                                                      pos_ids_fn)
             cert = _comparison(space, ids, logits, answers, i, j, rtol, Certificate, float64_diff=d64,
                                invariance=f"{INVARIANCE} Model: {note}.")
             if not cert.problems(model, pos_ids_fn, rtol):  # re-checked from scratch before it is claimed
@@ -276,7 +277,8 @@ def search(
                                               and state.closest.float64_diff is None):
             i, j, perm = batch.pairs[k]
             state.closest_ratio = float(ratio[k])
-            state.closest = rejected[1] if rejected is not None else _comparison(space, ids, logits, answers, i, j, rtol)
+            state.closest = (rejected[1] if rejected is not None
+                             else _comparison(space, ids, logits, answers, i, j, rtol))
             state.closest_digits, state.closest_perm = batch.digits[i], perm
         if certificate is not None:
             break
@@ -310,9 +312,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 __all__ = [
-    "BadInput", "Certificate", "Comparison", "DEFAULT_BUDGET", "DEFAULT_RTOL", "DEFAULT_TOKEN_BUDGET", "Distinguished", "EXIT_BAD_INPUT",
-    "EXIT_COUNTEREXAMPLE", "EXIT_DISTINGUISHED", "INVARIANCE", "ModelMismatchError", "Prompt", "SearchReport",
-    "SearchSpace", "coupled_pos_ids", "find_counterexample", "last_logits", "main", "proposition_note", "search",
+    "BadInput", "Certificate", "Comparison", "DEFAULT_BUDGET", "DEFAULT_RTOL", "DEFAULT_TOKEN_BUDGET",
+    "Distinguished", "EXIT_BAD_INPUT", "EXIT_COUNTEREXAMPLE", "EXIT_DISTINGUISHED", "INVARIANCE", "ModelMismatchError",
+    "Prompt", "SearchReport", "SearchSpace", "coupled_pos_ids", "find_counterexample", "float64_recheck", "last_logits",
+    "main", "proposition_note", "search",
 ]
 
 if __name__ == "__main__":

@@ -4,8 +4,9 @@
 A :class:`Certificate` is self-contained: two prompts (text and ids), their correct next tokens
 from the task's oracle, the model's last-position logits on both, their largest difference, the
 tolerance, which prompt the model gets wrong, and — for a torch module — the relative difference of
-a float64 copy of the model, which must vanish too (so float32 rounding cannot hide an order effect). :meth:`Certificate.verify` re-derives all of it
-from scratch with only the model and the task name.
+a float64 copy of the model, which must vanish too (so float32 rounding cannot hide an order
+effect). :meth:`Certificate.verify` re-derives all of it from scratch with only the model and the
+task name.
 """
 from __future__ import annotations
 
@@ -180,7 +181,8 @@ class Certificate(Comparison):
         scale = max(np.abs(la).max(), np.abs(lb).max())
         diff = float(np.abs(la - lb).max())
         if not diff <= rtol * scale:
-            out.append(f"the model distinguishes the prompts: max logit difference {diff:.3g} > {rtol:g} × {scale:.3g}")
+            out.append(f"the model distinguishes the prompts: max logit difference {diff:.3g} > "
+                       f"{rtol:g} × {scale:.3g}")
         stored = np.array([self.logits_a, self.logits_b])
         if stored.shape != logits.shape or not np.abs(stored - logits).max() <= rtol * max(scale, np.abs(stored).max()):
             out.append("the stored logits are not this model's")
@@ -189,9 +191,10 @@ class Certificate(Comparison):
         if dtype != torch.float64:
             d64 = float64_recheck(model, np.array([a.ids, b.ids]), len(task.vocab), pos_ids_fn)
             if d64 is not None and not d64 <= DEFAULT_RTOL[torch.float64]:
-                out.append(f"a float64 copy of the model distinguishes the prompts (relative logit difference {d64:.3g} "
-                           f"> {DEFAULT_RTOL[torch.float64]:g}): their agreement in {str(dtype).removeprefix('torch.')} "
-                           "is rounding hiding a real order effect")
+                name = str(dtype).removeprefix("torch.")
+                out.append(f"a float64 copy of the model distinguishes the prompts (relative logit difference "
+                           f"{d64:.3g} > {DEFAULT_RTOL[torch.float64]:g}): their agreement in {name} is rounding "
+                           "hiding a real order effect")
         return out
 
     def verify(self, model: Callable[..., torch.Tensor], pos_ids_fn: Callable | None = None,

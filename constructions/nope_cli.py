@@ -20,8 +20,8 @@ from typing import Any, Callable
 import torch
 
 from constructions.nope_certificate import (
-    DEFAULT_RTOL, EXIT_BAD_INPUT, EXIT_COUNTEREXAMPLE, EXIT_DISTINGUISHED, INVARIANCE, BadInput, Comparison, SearchReport,
-    coupled_pos_ids, resolve_task,
+    DEFAULT_RTOL, EXIT_BAD_INPUT, EXIT_COUNTEREXAMPLE, EXIT_DISTINGUISHED, INVARIANCE, BadInput, Comparison,
+    SearchReport, coupled_pos_ids, resolve_task,
 )
 
 EPILOG = f"""examples:
@@ -36,8 +36,8 @@ reverse ($3141=); --digits is the operand length (the first operand's for multip
 A pair counts only if max|logits_A - logits_B| <= rtol x max|logits| (rtol 1e-5 for float32 logits,
 1e-12 for float64) and the model's argmax is wrong on at least one prompt.
 
-exit status: {EXIT_COUNTEREXAMPLE} a verified counterexample is printed; {EXIT_DISTINGUISHED} no counterexample (the model
-distinguishes every pair tried); {EXIT_BAD_INPUT} bad input; 1 internal error"""
+exit status: {EXIT_COUNTEREXAMPLE} a verified counterexample is printed; {EXIT_DISTINGUISHED} no counterexample
+(the model distinguishes every pair tried); {EXIT_BAD_INPUT} bad input; 1 internal error"""
 
 
 class UsageError(Exception):
@@ -182,7 +182,8 @@ def render(report: SearchReport, what: str, verified: bool | None) -> str:
     head = f"task     : {report.task}, n = {report.n_digits} (prompts {compact_template(report.template)})"
     mode = "exhaustive" if report.mode == "exhaustive" else "guided random"
     lines = [head, f"model    : {what}", f"           {report.model_note}",
-             f"search   : {mode}; {report.prompts_evaluated} prompts evaluated, {report.pairs_compared} pairs compared", ""]
+             f"search   : {mode}; {report.prompts_evaluated} prompts evaluated, "
+             f"{report.pairs_compared} pairs compared", ""]
     if report.certificate is not None:
         c = report.certificate
         lines = ["Proposition 5.2 counterexample", ""] + lines + format_pair(c)
@@ -192,13 +193,14 @@ def render(report: SearchReport, what: str, verified: bool | None) -> str:
     else:
         lines = ["No counterexample: " + report.summary().split(": ", 1)[1], ""] + lines
         if report.closest is not None:
-            lines += ["closest pair (smallest logit difference relative to the tolerance):"] + format_pair(report.closest)
+            lines.append("closest pair (smallest logit difference relative to the tolerance):")
+            lines += format_pair(report.closest)
             c = report.closest
             if not c.identical:
                 lines.append("  the logits differ by more than float rounding, so this pair is no counterexample")
             elif c.float64_diff is not None and c.float64_diff > DEFAULT_RTOL[torch.float64]:
-                lines.append(f"  the logits agree within the tolerance, but a float64 copy of the model tells the prompts "
-                             f"apart (relative difference {c.float64_diff:.3g}): rounding hid an order effect")
+                lines.append(f"  the logits agree within the tolerance, but a float64 copy of the model tells the "
+                             f"prompts apart (relative difference {c.float64_diff:.3g}): rounding hid an order effect")
             else:
                 lines.append("  the logits agree, but the model is right on both prompts")
     return "\n".join(lines)

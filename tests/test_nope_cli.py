@@ -58,7 +58,8 @@ def test_default_run_prints_a_verified_addition_counterexample(capsys):
 @pytest.mark.parametrize("task,digits", [("multiplication_nx1", "2"), ("multiplication_nx2", "1"), ("copy", "4"),
                                          ("reverse", "3")])
 def test_json_output_for_every_task(capsys, task, digits):
-    code, out, _ = run(capsys, "--task", task, "--digits", digits, "--layernorm", "--act", "gelu", "--seed", "5", "--json")
+    code, out, _ = run(capsys, "--task", task, "--digits", digits, "--layernorm", "--act", "gelu", "--seed", "5",
+                       "--json")
     data = json.loads(out)
     assert code == 0 and data["status"] == "counterexample" and data["verified"] is True
     cert = data["certificate"]

@@ -147,7 +147,8 @@ def test_theorem_5_1_construction_with_coupled_positions_is_distinguished():
 
 def test_coupled_pos_ids_match_the_tasks_rules():
     fn = coupled_pos_ids("addition")
-    tokens = torch.as_tensor(np.stack([get_task("addition").encode("$653+049="), get_task("addition").encode("$100+002=")]))
+    add = get_task("addition")
+    tokens = torch.as_tensor(np.stack([add.encode("$653+049="), add.encode("$100+002=")]))
     assert fn(tokens).tolist() == [coupled_addition_ids(3, 2)[:9].tolist()] * 2 == [[0, 2, 3, 4, 5, 2, 3, 4, 5]] * 2
     task = get_task("reverse")
     assert coupled_pos_ids(task, start=5)(torch.as_tensor(task.encode("$4546=")[None])).tolist() == [[0, 5, 6, 7, 8, 9]]
