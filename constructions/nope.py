@@ -160,7 +160,11 @@ def _random(space: SearchSpace, rng: np.random.Generator, chunk: int, state: "_S
     for size in _sizes(chunk):
         batch = _Batch()
         climb = state.evaluated >= state.budget // 2 and state.closest_perm is not None
+        attempts = 0
         while len(batch.digits) < min(size, state.budget - state.evaluated):
+            attempts += 1
+            if attempts > 1000 * size:  # sensitive pairs this rare: give up rather than loop forever
+                return
             if climb:  # mutate the closest pair: change one digit of x, or compose its permutation
                 x, perm = state.closest_digits.copy(), state.closest_perm.copy()
                 if rng.random() < 0.5:
@@ -227,7 +231,7 @@ def search(
     if budget < 2:
         raise BadInput(f"budget must allow at least 2 model evaluations, got {budget}")
     check_vocabulary(model, task_obj)
-    probe, dtype = last_logits(model, space.ids(np.zeros((1, space.n_slots), np.int64)), len(task_obj.vocab),
+    _, dtype = last_logits(model, space.ids(np.zeros((1, space.n_slots), np.int64)), len(task_obj.vocab),
                                pos_ids_fn)
     rtol = DEFAULT_RTOL.get(dtype, 1e-5) if rtol is None else float(rtol)
     if not rtol >= 0:
