@@ -19,6 +19,8 @@ from typing import Any, Callable
 
 import torch
 
+from lengthgen.cli import ArgumentParser, UsageError
+
 from constructions.nope_certificate import (
     DEFAULT_RTOL, EXIT_BAD_INPUT, EXIT_COUNTEREXAMPLE, EXIT_DISTINGUISHED, INVARIANCE, BadInput, Comparison,
     SearchReport, coupled_pos_ids, resolve_task,
@@ -40,19 +42,10 @@ exit status: {EXIT_COUNTEREXAMPLE} a verified counterexample is printed; {EXIT_D
 (the model distinguishes every pair tried); {EXIT_BAD_INPUT} bad input; 1 internal error"""
 
 
-class UsageError(Exception):
-    """Bad input: reported as one line on stderr, exit status 2."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2, no usage dump
-        raise UsageError(message)
-
-
 def build_parser() -> argparse.ArgumentParser:
     from lengthgen.tasks import TASKS
 
-    p = _Parser(
+    p = ArgumentParser(
         prog="python -m constructions.nope",
         description="Proposition 5.2 (Cho et al. 2024, Position Coupling): a 1-layer transformer without "
         "positional information cannot tell a prompt from a permutation of it that ends in the same token. "
