@@ -10,60 +10,13 @@ are used only as the exact oracle (with ``sys.set_int_max_str_digits(0)``).
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..positions import coupled_addition_ids
+from .base import SequenceTask, TaskInstance, Vocabulary, digits_of, digits_to_str
 
 sys.set_int_max_str_digits(0)  # Python >= 3.11 refuses int<->str beyond 4300 digits by default
-
-
-class Vocabulary:
-    """Token strings with their ids (id = index). Every token is a single character."""
-
-    def __init__(self, tokens: tuple[str, ...]):
-        self.tokens = tokens
-        self._ids = {t: i for i, t in enumerate(tokens)}
-        self._lut = np.full(256, -1, dtype=np.int64)
-        for t, i in self._ids.items():
-            self._lut[ord(t)] = i
-
-    def __len__(self) -> int:
-        return len(self.tokens)
-
-    def __getitem__(self, token: str) -> int:
-        return self._ids[token]
-
-    def encode(self, text: str) -> np.ndarray:
-        raw = np.frombuffer(text.encode("ascii", errors="replace"), dtype=np.uint8)
-        ids = self._lut[raw]
-        if (ids < 0).any():
-            bad = text[int(np.argmax(ids < 0))]
-            raise ValueError(f"character {bad!r} is not in the vocabulary {''.join(self.tokens)!r}")
-        return ids
-
-    def decode(self, ids) -> str:
-        return "".join(self.tokens[int(i)] for i in np.asarray(ids).reshape(-1))
-
-
-def digits_of(text: str, what: str = "operand") -> np.ndarray:
-    """Decimal string -> uint8 digit array (MSB first). Raises ``ValueError`` with a clear message."""
-    text = text.strip()
-    if not text:
-        raise ValueError(f"{what} is empty")
-    if text.startswith("-"):
-        raise ValueError(f"{what} is negative; only non-negative integers can be added")
-    raw = np.frombuffer(text.encode("ascii", errors="replace"), dtype=np.uint8)
-    bad = (raw < 48) | (raw > 57)
-    if bad.any():
-        pos = int(np.argmax(bad))
-        raise ValueError(f"{what} has a non-digit character {text[pos]!r} at position {pos + 1}")
-    return raw - 48
-
-
-def digits_to_str(digits: np.ndarray) -> str:
-    return (np.asarray(digits, dtype=np.uint8) + 48).tobytes().decode("ascii")
 
 
 def exact_sum_digits(a: np.ndarray, b: np.ndarray, width: int) -> np.ndarray:
@@ -75,40 +28,16 @@ def exact_sum_digits(a: np.ndarray, b: np.ndarray, width: int) -> np.ndarray:
     return digits_of(text)
 
 
-@dataclass(frozen=True)
-class AdditionInstance:
-    """One addition, laid out: ``tokens``/``pos_ids`` cover the whole sequence (3n + 5 tokens,
-    answer and final ``$`` included); ``prompt_len`` is the number of tokens up to and including
-    ``=``, which is the first position whose prediction belongs to the answer."""
-
-    n: int
-    tokens: np.ndarray
-    pos_ids: np.ndarray
-
-    @property
-    def prompt_len(self) -> int:
-        return 2 * self.n + 3
-
-    @property
-    def answer_tokens(self) -> np.ndarray:
-        """c_0 .. c_n and the final ``$`` (n + 2 tokens)."""
-        return self.tokens[self.prompt_len :]
+AdditionInstance = TaskInstance  # prompt_len = 2n + 3 (up to and including '=')
 
 
-class AdditionTask:
+class AdditionTask(SequenceTask):
     name = "addition"
 
     def __init__(self) -> None:
         self.vocabulary = Vocabulary(tuple("0123456789") + ("+", "=", "$"))
-        self.vocab = self.vocabulary.tokens
         self.BOS = self.EOS = self.vocabulary["$"]
         self.PLUS, self.EQUALS = self.vocabulary["+"], self.vocabulary["="]
-
-    def encode(self, text: str) -> np.ndarray:
-        return self.vocabulary.encode(text)
-
-    def decode(self, ids) -> str:
-        return self.vocabulary.decode(ids)
 
     def instance(self, a: str | int | np.ndarray, b: str | int | np.ndarray, start: int = 2) -> AdditionInstance:
         """Lay out ``a + b`` (decimal strings, ints or digit arrays) with coupled position IDs."""
@@ -118,17 +47,7 @@ class AdditionTask:
         answer = exact_sum_digits(da, db, n + 1)[::-1]
         dollar, plus, eq = (np.array([t], np.int64) for t in (self.BOS, self.PLUS, self.EQUALS))
         tokens = np.concatenate([dollar, da, plus, db, eq, answer, dollar]).astype(np.int64)
-        return AdditionInstance(n=n, tokens=tokens, pos_ids=coupled_addition_ids(n, start))
-
-    def prompt(self, a: str | int, b: str | int) -> str:
-        """Prompt text up to and including ``=``, e.g. ``$653+049=``."""
-        inst = self.instance(a, b)
-        return self.decode(inst.tokens[: inst.prompt_len])
-
-    def answer(self, a: str | int, b: str | int) -> str:
-        """Answer text after ``=``: the reversed (n+1)-digit sum and ``$``, e.g. ``2070$``."""
-        inst = self.instance(a, b)
-        return self.decode(inst.answer_tokens)
+        return TaskInstance(n=n, tokens=tokens, pos_ids=coupled_addition_ids(n, start), prompt_len=2 * n + 3)
 
     def next_token(self, prompt_text: str) -> str:
         """The exact next token after a (possibly partially answered) prompt ``$a+b=c_0..c_k``."""

@@ -15,32 +15,16 @@ Coupled position IDs with start ``s`` (authors-training-setup.md §1.4; the post
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 import numpy as np
 
-from .addition import Vocabulary, digits_of
+from .base import SequenceTask, TaskInstance, Vocabulary, digits_of
 
 
-@dataclass(frozen=True)
-class CopyInstance:
-    """One copy/reverse sequence laid out (2n + 3 tokens); ``prompt_len`` counts ``$ x =``."""
-
-    n: int
-    tokens: np.ndarray
-    pos_ids: np.ndarray
-
-    @property
-    def prompt_len(self) -> int:
-        return self.n + 2
-
-    @property
-    def answer_tokens(self) -> np.ndarray:
-        """y_1 .. y_n and the final ``$`` (n + 1 tokens)."""
-        return self.tokens[self.prompt_len :]
+CopyInstance = TaskInstance  # prompt_len = n + 2 ('$ x =')
 
 
-class CopyTask:
+class CopyTask(SequenceTask):
     """Copy (``reverse=False``) or reverse (``reverse=True``) a digit string."""
 
     min_digits = 2
@@ -50,15 +34,8 @@ class CopyTask:
         self.reverse = reverse
         self.name = "reverse" if reverse else "copy"
         self.vocabulary = Vocabulary(tuple("0123456789") + ("=", "$"))
-        self.vocab = self.vocabulary.tokens
         self.BOS = self.EOS = self.vocabulary["$"]
         self.EQUALS = self.vocabulary["="]
-
-    def encode(self, text: str) -> np.ndarray:
-        return self.vocabulary.encode(text)
-
-    def decode(self, ids) -> str:
-        return self.vocabulary.decode(ids)
 
     def _output(self, x: str) -> str:
         return x[::-1] if self.reverse else x
@@ -69,7 +46,7 @@ class CopyTask:
         out = dx[::-1] if self.reverse else dx
         dollar, eq = (np.array([t], np.int64) for t in (self.BOS, self.EQUALS))
         tokens = np.concatenate([dollar, dx, eq, out, dollar]).astype(np.int64)
-        return CopyInstance(n=len(dx), tokens=tokens, pos_ids=self.coupled_ids(len(dx), start))
+        return TaskInstance(n=len(dx), tokens=tokens, pos_ids=self.coupled_ids(len(dx), start), prompt_len=len(dx) + 2)
 
     def coupled_ids(self, n: int, start: int = 1) -> np.ndarray:
         """Position IDs of the full sequence ``$ x = y $`` (2n + 3 tokens)."""
@@ -83,16 +60,6 @@ class CopyTask:
         else:
             x_ids, eq, y_ids = np.arange(s + 1, s + n + 1), s, np.arange(s + 1, s + n + 1)
         return np.concatenate([zero, x_ids, [eq], y_ids, zero]).astype(np.int64)
-
-    def prompt(self, x: str | int) -> str:
-        """Prompt text up to and including ``=``, e.g. ``$3141=``."""
-        inst = self.instance(x)
-        return self.decode(inst.tokens[: inst.prompt_len])
-
-    def answer(self, x: str | int) -> str:
-        """Answer text after ``=``: the copied (or reversed) digits and ``$``."""
-        inst = self.instance(x)
-        return self.decode(inst.answer_tokens)
 
     def _parse(self, prompt_text: str) -> tuple[str, str]:
         match = re.fullmatch(r"\$([0-9]+)=([0-9]*\$?)", prompt_text)

@@ -19,36 +19,18 @@ from __future__ import annotations
 
 import re
 import sys
-from dataclasses import dataclass
 
 import numpy as np
 
-from .addition import Vocabulary, digits_of, digits_to_str
+from .base import SequenceTask, TaskInstance, Vocabulary, digits_of, digits_to_str
 
 sys.set_int_max_str_digits(0)
 
 
-@dataclass(frozen=True)
-class MultiplicationInstance:
-    """One multiplication laid out: ``tokens``/``pos_ids`` cover the whole sequence (answer and final
-    ``$`` included); ``prompt_len`` counts the tokens up to and including ``=``."""
-
-    n: int
-    m: int
-    tokens: np.ndarray
-    pos_ids: np.ndarray
-
-    @property
-    def prompt_len(self) -> int:
-        return self.n + self.m + 3
-
-    @property
-    def answer_tokens(self) -> np.ndarray:
-        """c_0 .. c_{N+M-1} and the final ``$`` (N + M + 1 tokens)."""
-        return self.tokens[self.prompt_len :]
+MultiplicationInstance = TaskInstance  # prompt_len = N + M + 3 (up to and including '=')
 
 
-class MultiplicationTask:
+class MultiplicationTask(SequenceTask):
     """N×M multiplication with a reversed, zero-padded answer (M fixed per task: 1 or 2)."""
 
     #: the smallest first-operand length with a permutation-sensitive pair (see ``min_digits_reason``)
@@ -60,7 +42,6 @@ class MultiplicationTask:
         self.m = m
         self.name = f"multiplication_nx{m}"
         self.vocabulary = Vocabulary(tuple("0123456789") + ("*", "=", "$"))
-        self.vocab = self.vocabulary.tokens
         self.BOS = self.EOS = self.vocabulary["$"]
         self.TIMES, self.EQUALS = self.vocabulary["*"], self.vocabulary["="]
         # N = 1, M = 1: the only rearrangement of "$a*b=" swaps a and b, and a*b = b*a.
@@ -70,12 +51,6 @@ class MultiplicationTask:
             "with a 1-digit first operand the only rearrangement of '$a*b=' swaps a and b, and a*b = b*a"
             if m == 1 else ""
         )
-
-    def encode(self, text: str) -> np.ndarray:
-        return self.vocabulary.encode(text)
-
-    def decode(self, ids) -> str:
-        return self.vocabulary.decode(ids)
 
     def _operands(self, a, b) -> tuple[np.ndarray, np.ndarray]:
         da, db = (x if isinstance(x, np.ndarray) else digits_of(str(x), name) for x, name in ((a, "a"), (b, "b")))
@@ -92,7 +67,7 @@ class MultiplicationTask:
         answer = digits_of(str(product).zfill(n + m))[::-1]
         dollar, times, eq = (np.array([t], np.int64) for t in (self.BOS, self.TIMES, self.EQUALS))
         tokens = np.concatenate([dollar, da, times, db, eq, answer, dollar]).astype(np.int64)
-        return MultiplicationInstance(n=n, m=m, tokens=tokens, pos_ids=self.coupled_ids(n, start))
+        return TaskInstance(n=n, m=m, tokens=tokens, pos_ids=self.coupled_ids(n, start), prompt_len=n + m + 3)
 
     def coupled_ids(self, n: int, start: int = 1) -> np.ndarray:
         """Position IDs of the full sequence ``$ a * b = c $`` (2N + 2M + 4 tokens) for an N-digit ``a``."""
@@ -106,16 +81,6 @@ class MultiplicationTask:
         b_ids = np.arange(e - m, e, dtype=np.int64)
         answer = np.arange(e - 1, start - 1, -1, dtype=np.int64)
         return np.concatenate([zero, a_ids, sep, b_ids, sep, answer, zero])
-
-    def prompt(self, a: str | int, b: str | int) -> str:
-        """Prompt text up to and including ``=``, e.g. ``$653*07=`` for N×2."""
-        inst = self.instance(a, b)
-        return self.decode(inst.tokens[: inst.prompt_len])
-
-    def answer(self, a: str | int, b: str | int) -> str:
-        """Answer text after ``=``: the reversed (N+M)-digit product and ``$``."""
-        inst = self.instance(a, b)
-        return self.decode(inst.answer_tokens)
 
     def _parse(self, prompt_text: str) -> tuple[str, str, str]:
         match = re.fullmatch(r"\$([0-9]+)\*([0-9]+)=([0-9]*\$?)", prompt_text)
