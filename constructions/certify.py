@@ -177,8 +177,9 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--dtype", default="float32", choices=["float64", "float32", "bfloat16", "float16", "real"],
                    help="dtype of the model and of the float term; 'real' = float64 weights, no float term "
                    "(default float32)")
-    m.add_argument("--no-search", action="store_true", help="skip the smallest-M bisection")
-    m.add_argument("--rel-tol", type=float, default=5e-3, help="relative tolerance of the M bisection (default 5e-3)")
+    m.add_argument("--no-search", action="store_true", help="skip the smallest-M search")
+    m.add_argument("--rel-tol", type=float, default=5e-3,
+                   help="relative width of the final [fails, passes] bracket on M (default 5e-3)")
     e = sub.add_parser("exact", help="exact rational forward pass with hard-max attention",
                        description="Build the weights with sympy (exact √ and rationals), run the forward pass with "
                        "hard-max attention (uniform over the maximal-score keys) in exact rational arithmetic, and "
@@ -214,6 +215,8 @@ def _run_margins(args: argparse.Namespace) -> int:
         return _bad(err)
     if args.M is not None and not args.M > 0:
         return _bad(f"--M must be positive, got {args.M}")
+    if not 0 < args.rel_tol < 1:
+        return _bad(f"--rel-tol must lie in (0, 1), got {args.rel_tol}")
     t0 = time.perf_counter()
     model_dtype = "float64" if args.dtype == "real" else args.dtype
     model, meta = build_model(n_digits=args.digits, d_model=d, dtype=model_dtype, M=args.M)
