@@ -52,7 +52,7 @@ def test_teacher_forced_exact_match_equals_greedy_decoding(tiny_run):
     for n in (1, 2, 3):
         batch = eval_batch(np.random.default_rng(5), 40, n, "coupled")
         tokens, pos, _ = batch.to_torch()
-        em, right = score_batch(model, tokens, pos, n)
+        em, right, _ = score_batch(model, tokens, pos, n)
         first = 2 * n + 3
         for row in range(len(em)):
             out = greedy_generate(model, tokens[row, :first], pos[row, :first], new_pos_ids=pos[row, first:],

@@ -161,3 +161,19 @@ def test_ctrl_c_saves_a_loadable_checkpoint(tmp_path):
     model = load_model(ck / "model.safetensors")
     assert model.cfg.d_model == 32 and not (out / "model.safetensors").exists()  # not marked finished
     assert not list((out / "checkpoints").glob(".*"))  # no temporary leftovers
+
+
+def test_validation_log_and_keep_best(tmp_path):
+    torch.set_num_threads(1)
+    cfg = tiny_cfg(steps=12, val_digits="4-5", val_every=4, val_samples=20, keep_best=True)
+    assert train(cfg, tmp_path / "r", progress=False) == 0
+    log = json.loads((latest_checkpoint(tmp_path / "r") / "state.json").read_text())["log"]
+    vals = [e for e in log if "val_em" in e]
+    assert [e["step"] for e in vals] == [4, 8, 12] and all(set(e["val_em"]) == {"4", "5"} for e in vals)
+    best = json.loads((tmp_path / "r" / "best" / "best.json").read_text())
+    assert best["val_loss"] == min(e["val_loss"] for e in vals)
+    assert best["step"] == next(e["step"] for e in vals if e["val_loss"] == best["val_loss"])
+    model, notes, _ = load_trained(tmp_path / "r" / "best")
+    assert notes["positions"] == "coupled"
+    with pytest.raises(ValueError, match="needs --val-digits"):
+        tiny_cfg(keep_best=True).validate()

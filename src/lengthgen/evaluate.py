@@ -50,17 +50,22 @@ def load_for_eval(checkpoint: str, max_digits: int, device: str = "cpu") -> tupl
 
 
 @torch.inference_mode()
-def score_batch(model: Transformer, tokens: torch.Tensor, pos: torch.Tensor | None, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per-row (exact match, right answer tokens) for rows of one operand length ``n``."""
+def score_batch(model: Transformer, tokens: torch.Tensor, pos: torch.Tensor | None, n: int
+                ) -> tuple[np.ndarray, np.ndarray, float]:
+    """Per-row exact match and number of right answer tokens for rows of one operand length ``n``,
+    and the summed cross-entropy of the answer tokens."""
     first = 2 * n + 2  # index of '=': its prediction is the first answer digit
     logits = model(tokens[:, :-1], None if pos is None else pos[:, :-1], logits_from=first)
-    right = logits.argmax(-1) == tokens[:, first + 1 :]
-    return right.all(dim=1).cpu().numpy(), right.sum(dim=1).cpu().numpy()
+    targets = tokens[:, first + 1 :]
+    right = logits.argmax(-1) == targets
+    loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).double(), targets.flatten(), reduction="sum")
+    return right.all(dim=1).cpu().numpy(), right.sum(dim=1).cpu().numpy(), float(loss)
 
 
 def evaluate(model: Transformer, positions: str, digits: list[int], samples: int, *, seed: int = DEFAULT_SEED,
              batch_size: int = 500, progress: bool = False, what: str = "this model") -> list[dict[str, Any]]:
-    """``[{"n", "exact_match", "token_accuracy", "samples"}]`` for every operand length in ``digits``."""
+    """``[{"n", "exact_match", "token_accuracy", "loss", "samples"}]`` for every length in ``digits``
+    (``loss``: mean cross-entropy per answer token)."""
     device = model.device
     table = model.cfg.n_ctx if model.cfg.positional == "learned" else 1
     for n in digits:
@@ -75,17 +80,18 @@ def evaluate(model: Transformer, positions: str, digits: list[int], samples: int
     try:
         for n in digits:
             rng = np.random.default_rng([seed, n])
-            em_total, tok_total, done = 0, 0, 0
+            em_total, tok_total, loss_total, done = 0, 0, 0.0, 0
             while done < samples:
                 size = min(batch_size, samples - done)
                 tokens, pos, _ = eval_batch(rng, size, n, positions).to_torch(device)
-                em, tok = score_batch(model, tokens, pos, n)
+                em, tok, loss = score_batch(model, tokens, pos, n)
                 em_total, tok_total, done = em_total + int(em.sum()), tok_total + int(tok.sum()), done + size
+                loss_total += loss
                 if bar is not None:
                     bar.update(size)
                     bar.set_postfix(n=n, em=f"{em_total / done:.3f}", refresh=False)
             rows.append({"n": n, "exact_match": em_total / samples, "token_accuracy": tok_total / (samples * (n + 2)),
-                         "samples": samples})
+                         "loss": round(loss_total / (samples * (n + 2)), 6), "samples": samples})
     finally:
         if bar is not None:
             bar.close()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -29,10 +30,11 @@ from .runs import OneLineParser, RunError, fail, read_json, write_json
 
 PROG = "python -m lengthgen.plot"
 ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_CHECKPOINTS = {
-    "position coupling (1L2H)": "checkpoints/addition_coupled_1l2h",
-    "plain APE (1L2H)": "checkpoints/addition_ape_1l2h",
-    "NoPE (1L2H)": "checkpoints/addition_nope_1l2h",
+DEFAULT_CHECKPOINTS = {  # label -> committed checkpoint (all 1 layer, 2 heads, d_model 128, trained on 1-5 digits)
+    "position coupling": "checkpoints/addition_coupled_1l2h",
+    "position coupling, unscaled attention": "checkpoints/addition_coupled_1l2h_unscaled",
+    "plain APE": "checkpoints/addition_ape_1l2h",
+    "NoPE": "checkpoints/addition_nope_1l2h",
 }
 COLORS = {"coupled": "#d95f02", "ape": "#1b9e77", "nope": "#7570b3", "construction": "#333333", "hard-alibi": "#e7298a"}
 MARKERS = {"coupled": "o", "ape": "s", "nope": "^", "construction": "*", "hard-alibi": "D"}
@@ -94,7 +96,9 @@ def attention_command(checkpoint: str, n: int, samples: int, out: str | Path, fo
     from .tasks import ADDITION
 
     ex = ADDITION.decode(example)
-    name = f"trained 1-layer model ({desc['positions']} positions, trained on {desc['train_digits']} digits)"
+    scale = "q·k/√d_head" if trained.cfg.attn_scale is None else f"q·k/{trained.cfg.attn_scale:g}"
+    name = (f"trained {trained.cfg.n_layers}-layer {trained.cfg.n_heads}-head model ({desc['positions']} positions, "
+            f"trained on {desc['train_digits']} digits, scores {scale})")
     fig = attention_figure(cons_att[0], tr_att, n, matches, HEAD_NAMES, name, f"{ex} (one of {samples})")
     save_figure(fig, paths)
     log(f"wrote {', '.join(map(str, paths))}")
@@ -125,28 +129,33 @@ def measure(models: dict[str, str], construction: bool, digits: list[int], sampl
 
 
 def length_figure(entries: dict[str, Any], title: str):
+    """Exact match vs operand length, one line per model, trained range shaded (paper's Figure 1 style)."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8.2, 4.8))
+    fig, ax = plt.subplots(figsize=(8.6, 5.6))
     spans = {parse_digit_range(e["train_digits"]) for e in entries.values() if e.get("train_digits")}
     for i, (lo, hi) in enumerate(sorted(spans)):
         ax.axvspan(lo - 0.5, hi + 0.5, color="0.88", zorder=0, label="trained lengths" if i == 0 else None)
+    seen: dict[str, int] = {}
     for label, e in entries.items():
         kind = e["positions"]
+        variant = seen[kind] = seen.get(kind, -1) + 1
         xs = [r["n"] for r in e["results"]]
         ys = [100 * r["exact_match"] for r in e["results"]]
-        ax.plot(xs, ys, marker=MARKERS.get(kind, "o"), color=COLORS.get(kind), label=label, lw=1.8,
-                ms=9 if kind == "construction" else 5.5, ls="--" if kind == "construction" else "-", zorder=3)
+        ax.plot(xs, ys, marker=MARKERS.get(kind, "o"), color=COLORS.get(kind), label=label, lw=1.9,
+                ms=10 if kind == "construction" else 6, alpha=1.0 if variant == 0 else 0.75,
+                ls="--" if kind == "construction" else ("-" if variant == 0 else ":"),
+                mfc=None if variant == 0 else "white", zorder=3)
     all_n = sorted({r["n"] for e in entries.values() for r in e["results"]})
     ax.set_xticks(all_n)
     ax.set_xlim(min(all_n) - 0.6, max(all_n) + 0.6)
-    ax.set_ylim(-3, 103)
+    ax.set_ylim(-3, 104)
     ax.set_xlabel("operand length n (digits)", fontsize=12)
     ax.set_ylabel("exact match (%)", fontsize=12)
-    ax.tick_params(labelsize=10)
+    ax.tick_params(labelsize=10.5)
     ax.grid(alpha=0.3, zorder=1)
     ax.set_title(title, fontsize=12)
-    ax.legend(fontsize=9.5, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    ax.legend(fontsize=10, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=3, frameon=False)
     fig.tight_layout()
     return fig
 
@@ -158,21 +167,24 @@ def length_command(models: dict[str, str], construction: bool, digits: list[int]
     entries = measure(models, construction, digits, samples, seed, progress)
     for label, e in entries.items():
         log(f"{label:<28} " + " ".join(f"{r['n']}:{100 * r['exact_match']:.1f}" for r in e["results"]))
-    fig = length_figure(entries, f"Length generalization on addition (exact match, {samples} samples per length)")
+    fig = length_figure(entries, f"Addition: exact match vs operand length (teacher-forced, {samples} samples per length)")
     save_figure(fig, paths)
     log(f"wrote {', '.join(map(str, paths))}")
     return {"samples": samples, "seed": seed, "models": entries}
 
 
-def precision_figure(out_dir: Path, force: bool, log=print) -> str:
-    """``figures/precision.png`` via ``python -m constructions.certify precision`` when it exists."""
+def precision_figure(out_dir: Path, log=print) -> str:
+    """``precision.png`` via ``python -m constructions.certify precision`` (another engineer's
+    module: it redraws the figure from its cached ``figures/precision.json``) when that exists."""
     if importlib.util.find_spec("constructions.certify") is None:
-        log("skipped figures/precision.png: constructions.certify does not exist yet")
+        log("skipped precision.png: constructions.certify does not exist")
         return "skipped (constructions.certify missing)"
-    cmd = [sys.executable, "-m", "constructions.certify", "precision"] + (["--force"] if force else [])
-    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    log(f"{' '.join(cmd[1:])}: exit {res.returncode} {res.stderr.strip()[-300:]}")
-    return f"exit {res.returncode}"
+    cmd = [sys.executable, "-m", "constructions.certify", "precision", "--figure", str(out_dir / "precision.png")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH")]))}
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
+    tail = (res.stdout + res.stderr).strip().splitlines()[-1:] or [""]
+    log(f"python -m constructions.certify precision: exit {res.returncode} {tail[0][:200]}")
+    return "ok" if res.returncode == 0 else f"failed (exit {res.returncode})"
 
 
 def parse_models(specs: list[str]) -> dict[str, str]:
@@ -249,20 +261,25 @@ def all_command(out_dir: Path, samples: int, seed: int, force: bool, progress: b
     if missing:
         raise RunError(f"missing committed checkpoint(s): {', '.join(missing)}")
     results = out_dir / "results.json"
-    targets = outputs(out_dir / "attention_addition.png") + outputs(out_dir / "length_generalization.png") + [results]
+    att_figs = {"attention_addition.png": "position coupling",
+                "attention_addition_unscaled.png": "position coupling, unscaled attention"}
+    targets = [p for f in [*att_figs, "length_generalization.png"] for p in outputs(out_dir / f)] + [results]
     check_free(targets, force)
-    coupled = models["position coupling (1L2H)"]
-    att = attention_command(coupled, 6, samples, out_dir / "attention_addition.png", True, seed)
+    attention = {}
+    for fig_name, label in att_figs.items():
+        print(f"{fig_name} ({label}):")
+        attention[fig_name] = attention_command(models[label], 6, samples, out_dir / fig_name, True, seed)
     length = length_command(models, True, list(range(1, 16)), samples, out_dir / "length_generalization.png", True,
                             seed, progress)
     rel = lambda p: str(Path(p).relative_to(ROOT)) if str(p).startswith(str(ROOT)) else str(p)
     for e in length["models"].values():
         e["checkpoint"] = rel(e["checkpoint"])
-    att["checkpoint"] = rel(att["checkpoint"])
-    precision = precision_figure(out_dir, force)
+    for att in attention.values():
+        att["checkpoint"] = rel(att["checkpoint"])
+    precision = precision_figure(out_dir)
     write_json(results, {"generated_by": "python -m lengthgen.plot all", "evaluation": "teacher-forced argmax, "
                          "exact match = all answer digits and the final EOS right", "length_generalization": length,
-                         "attention": att, "precision_figure": precision, "torch": torch.__version__})
+                         "attention": attention, "precision_figure": precision, "torch": torch.__version__})
     print(f"wrote {results}")
     return 0
 

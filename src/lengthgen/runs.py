@@ -50,10 +50,18 @@ def fail(prog: str, message: str) -> int:
     return 2
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_atomic(path: Path, data: bytes | str) -> None:
+    """Write ``data`` to a temporary file beside ``path`` and rename it into place."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 would surprise users of committed files
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data.encode() if isinstance(data, str) else data)

@@ -74,11 +74,13 @@ class TrainConfig:
     data_seed: int = 0
     checkpoint_every: int = 500
     log_every: int = 50
+    pos_lr_scale: float = 1.0  # learning-rate multiplier of W_pos
     embed_std: float = 0.02  # init std of W_E and W_pos (the authors' T5 uses N(0, 1) for both)
     attn_scale: float | None = None  # None: sqrt(d_head); 1.0: unscaled scores (as in the authors' T5)
     val_digits: str | None = None  # e.g. "6-15": exact match on these lengths logged every val_every steps
     val_every: int = 250
     val_samples: int = 200
+    keep_best: bool = False  # keep the weights with the lowest validation loss at the longest val length
 
     def validate(self) -> None:
         get_task(self.task)
@@ -92,6 +94,8 @@ class TrainConfig:
                 raise DataError(f"--{name.replace('_', '-')} must be at least 1")
         if self.lr <= 0 or not 0 <= self.min_lr_ratio <= 1 or not 0 <= self.warmup < 1:
             raise DataError("need lr > 0, 0 <= min-lr-ratio <= 1 and 0 <= warmup < 1")
+        if self.keep_best and not self.val_digits:
+            raise DataError("--keep-best needs --val-digits")
         if self.val_digits is not None:
             vlo, vhi = parse_digit_range(self.val_digits)
             if self.positions in ("coupled", "ape") and vhi > self.max_digits:
@@ -157,8 +161,10 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 
 
 def make_optimizer(model: Transformer, cfg: TrainConfig) -> torch.optim.Optimizer:
-    return torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
-                             weight_decay=cfg.weight_decay, eps=1e-8)
+    pos = [p for n, p in model.named_parameters() if n == "pos_embed.W_pos"]
+    rest = [p for n, p in model.named_parameters() if n != "pos_embed.W_pos"]
+    groups = [{"params": rest, "lr_scale": 1.0}] + ([{"params": pos, "lr_scale": cfg.pos_lr_scale}] if pos else [])
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay, eps=1e-8)
 
 
 def masked_loss(model: Transformer, tokens: torch.Tensor, pos: torch.Tensor | None, mask: torch.Tensor
@@ -174,13 +180,17 @@ def masked_loss(model: Transformer, tokens: torch.Tensor, pos: torch.Tensor | No
     return loss, tok_acc, em
 
 
-def validate(model: Transformer, cfg: TrainConfig) -> dict[str, float]:
-    """Exact match per length on ``cfg.val_digits`` (logged only; never used to pick weights)."""
+VAL_SEED = 12345  # validation additions; the test sets of lengthgen.evaluate use seed 999
+
+
+def validate(model: Transformer, cfg: TrainConfig) -> tuple[dict[str, float], float]:
+    """Exact match per length on ``cfg.val_digits`` and the answer loss at the longest of them
+    (the authors' ``val_long`` criterion, authors-training-setup.md §3.1)."""
     from .evaluate import evaluate
 
     lo, hi = parse_digit_range(cfg.val_digits or "1")
-    rows = evaluate(model, cfg.positions, list(range(lo, hi + 1)), cfg.val_samples, seed=12345)
-    return {str(r["n"]): round(r["exact_match"], 4) for r in rows}
+    rows = evaluate(model, cfg.positions, list(range(lo, hi + 1)), cfg.val_samples, seed=VAL_SEED)
+    return {str(r["n"]): round(r["exact_match"], 4) for r in rows}, rows[-1]["loss"]
 
 
 class _StopFlag:
@@ -257,7 +267,7 @@ def train(cfg: TrainConfig, out: Path, *, resume: bool = False, stop_after: int 
                 tokens, pos, mask = batch.to_torch(device)
                 lr = lr_at(step, cfg)
                 for group in opt.param_groups:
-                    group["lr"] = lr
+                    group["lr"] = lr * group["lr_scale"]
                 loss, tok_acc, em = masked_loss(model, tokens, pos, mask)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
@@ -276,9 +286,14 @@ def train(cfg: TrainConfig, out: Path, *, resume: bool = False, stop_after: int 
                     code = INTERRUPTED
                     break
                 if cfg.val_digits and (step % cfg.val_every == 0 or step == cfg.steps):
-                    val = validate(model, cfg)
-                    state["log"].append({"step": step, "val_em": val})
+                    val, val_loss = validate(model, cfg)
+                    state["log"].append({"step": step, "val_em": val, "val_loss": val_loss})
                     msg = f"step {step}: exact match " + " ".join(f"{k}:{v:.2f}" for k, v in val.items())
+                    if cfg.keep_best and val_loss < state.get("best", {}).get("val_loss", math.inf):
+                        state["best"] = {"step": step, "val_loss": val_loss, "val_em": val}
+                        save_model(model, out / "best" / "model.safetensors")
+                        write_json(out / "best" / "best.json", {**state["best"], "config": asdict(cfg)})
+                        msg += f"  (new best: val loss {val_loss:.4f})"
                     bar.write(msg, file=sys.stderr) if bar is not None else print(msg, file=sys.stderr)
                     model.train()
                 if step % cfg.checkpoint_every == 0 and step < cfg.steps:
@@ -296,7 +311,7 @@ def train(cfg: TrainConfig, out: Path, *, resume: bool = False, stop_after: int 
     save_model(model, out / "model.safetensors")
     summary = {"steps": step, "train_seconds": round(state["train_seconds"], 1), "final": state["log"][-1] if state["log"] else None,
                "config": asdict(cfg), "params": sum(p.numel() for p in model.parameters()),
-               "threads": torch.get_num_threads(), "device": device}
+               "threads": torch.get_num_threads(), "device": device, "best": state.get("best")}
     write_json(out / "summary.json", summary)
     print(f"done: {step} steps in {summary['train_seconds']:.0f} s; weights in {out / 'model.safetensors'}", file=sys.stderr)
     return 0
@@ -328,11 +343,15 @@ def parser() -> OneLineParser:
     p.add_argument("--data-seed", type=int, default=d.data_seed, help="data sampling seed")
     p.add_argument("--checkpoint-every", type=int, default=d.checkpoint_every)
     p.add_argument("--log-every", type=int, default=d.log_every)
+    p.add_argument("--pos-lr-scale", type=float, default=d.pos_lr_scale, help="learning-rate multiplier of W_pos")
     p.add_argument("--embed-std", type=float, default=d.embed_std, help="init std of token/position embeddings")
     p.add_argument("--attn-scale", type=float, default=None, help="divide q.k by this (default sqrt(d-head))")
     p.add_argument("--val-digits", default=None, help="log exact match on these lengths during training, e.g. 6-15")
     p.add_argument("--val-every", type=int, default=d.val_every)
     p.add_argument("--val-samples", type=int, default=d.val_samples)
+    p.add_argument("--keep-best", action="store_true",
+                   help="also keep the weights with the lowest validation loss at the longest --val-digits length "
+                        "in OUT/best/ (the authors' model selection)")
     p.add_argument("--out", required=True, help="run directory (e.g. runs/NAME)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out with its stored config")
     p.add_argument("--force", action="store_true", help="delete an existing run in --out and start afresh")
