@@ -196,7 +196,8 @@ def table_lines(data: dict) -> list[str]:
         if e["first_failure"] and e["exact_at_top"]:
             reason += f"; exact again at N = {e['top']}"
         cert = str(e.get("largest_certified", "?"))
-        lines.append(f"{e['dtype']:<9} {e['d_model']:>4} {e['n_max']:>9} {cert:>12} {exact:>16} {fail:>14}  {reason}")
+        bound = str(e["n_max"]) if e["n_max"] < 10**9 else f"{float(e['n_max']):.2e}"
+        lines.append(f"{e['dtype']:<9} {e['d_model']:>4} {bound:>9} {cert:>12} {exact:>16} {fail:>14}  {reason}")
     lines.append("certified N: margins certificate PASS (float term of the format) at every grid length up to N; "
                  "largest exact N: measured on the adversarial inputs")
     lines.append(f"adversarial inputs: {', '.join(data['inputs'])}; lengths capped at {data['cap']} digits; "

@@ -51,6 +51,11 @@ def draw(data: dict, path: Path) -> None:
         if all("largest_certified" in e for e in rows):
             yc = [e["largest_certified"] if e["largest_certified"] > 0 else ZERO_Y for e in rows]
             ax.plot(xs, yc, ls="", color="black", marker="_", ms=13, mew=2.2, zorder=5)
+            for x, y, e in zip(xs, yc, rows):  # name the format where a wide format's certificate falls short
+                if dt in ("float32", "float64") and e["largest_certified"] < e["largest_exact"]:
+                    ax.annotate(f"{dt} certified: N = {e['largest_certified']}", (x, y), xytext=(-8, 50 + 70 * (x > len(ds) - 1.5)),
+                                textcoords="offset points", ha="right", fontsize=9, color=COLORS.get(dt),
+                                arrowprops={"arrowstyle": "->", "color": COLORS.get(dt), "lw": 1})
     ax.set_yscale("log", base=2)
     top = cap * 4
     ticks = [ZERO_Y] + [2**k for k in range(0, top.bit_length(), 2)]
