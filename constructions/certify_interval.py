@@ -12,6 +12,7 @@ final numbers are interval-checked, not float64 estimates.
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 
 import mpmath
 import numpy as np
@@ -53,6 +54,17 @@ def _key_values(W_pos_code: np.ndarray, W_K: np.ndarray) -> list[list]:
     return values
 
 
+@contextmanager
+def _iv_precision(bits: int):
+    """mpmath.iv keeps its own precision (53 bits by default); raise it for the block."""
+    old = iv.prec
+    iv.prec = bits
+    try:
+        yield
+    finally:
+        iv.prec = old
+
+
 def _upper(x) -> mpmath.mpf:
     """Upper end point of an interval as a plain mpf."""
     return mpmath.mpf(x.b.a)
@@ -79,7 +91,7 @@ def head_bounds_iv(W, h: int, query_pos: int, query_id: int, member_keys: list[t
 
     ``member_keys``: S besides ``$`` as (allowed tokens, ID); ``pert``: per-score perturbation
     (float term + arithmetic slack) added as in the float64 pass."""
-    with mpmath.workprec(PREC):
+    with mpmath.workprec(PREC), _iv_precision(PREC):
         tokens = [ADDITION.EQUALS] if query_pos < 0 else DIGITS
         q_rows = W.W_E[tokens] @ W.W_Q[h]
         tokens = [t for i, t in enumerate(tokens) if not any(np.array_equal(q_rows[i], q_rows[j]) for j in range(i))]

@@ -50,7 +50,7 @@ def margins_lines(cert: Certificate, meta: dict, search: SharpnessSearch | None,
         out.append(f"  {name:<10} ≤ {_fmt(total):<9} ({detail})")
     out.append("FFN decision margins (from W_in, b_in, W_out, b_out, W_U; hard-max limit right in every configuration):")
     for desc, count, n_cfg, check in cert.classes:
-        out.append(f"  {desc}  [{count} positions, {n_cfg} configurations]")
+        out.append(f"  class of {desc}  [{count} positions, {n_cfg} configurations]")
         out.append(f"      binding: {check.where}; needs {_fmt(sum(check.parts.values()))} -> slack ×{check.slack:.3g}")
     if search is not None:
         if search.M is None:
