@@ -14,7 +14,7 @@ FFN_INPUTS = ("PRE_SUM", "PRE_CARRY", "PRE_EOS")
 
 
 @pytest.mark.parametrize("n, d, dtype", [(1, 21, "float32"), (6, 23, "float64"), (62, 29, "float32"),
-                                         (300, None, "float32"), (30, 27, "real")])
+                                         (300, None, "float32"), (30, 27, "real"), (20000, None, "float32")])
 def test_passes_for_the_built_model(n: int, d: int | None, dtype: str) -> None:
     model, _ = build_model(n_digits=n, d_model=d, dtype="float64" if dtype == "real" else dtype)
     cert = certify(model, n, dtype)
