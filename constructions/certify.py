@@ -108,10 +108,10 @@ def bound_lines(d_model: int) -> list[str]:
     return [
         f"d_model = {d_model}: {b.token_dims} token dimensions ({blocks}) + 2·P position dimensions{spare}",
         f"  P = ⌊({d_model} − {b.token_dims})/2⌋ = {b.P} dimensions per position block (POS_1, POS_2)",
-        f"  hypercube codes: coordinates take the values {set(b.alphabet)} on non-zero IDs -> "
+        f"  hypercube codes: coordinates take the values {{{', '.join(f'{v:+d}' for v in b.alphabet)}}} on non-zero IDs -> "
         f"{len(b.alphabet)}^{b.P} = {scientific(b.n_codes) if b.n_codes > 10**6 else b.n_codes} distinct codes "
         "(ID 0 = '$' keeps the zero vector)",
-        f"  an n-digit addition uses {b.ids_slope}·n + {b.ids_offset} distinct non-zero IDs "
+        f"  an n-digit addition uses {'' if b.ids_slope == 1 else f'{b.ids_slope}·'}n + {b.ids_offset} distinct non-zero IDs "
         f"(s−1 … s+n, read from coupled_addition_ids)",
         f"n_max({d_model}) = 2^{b.P} − {const} = {value}",
         f"             ≈ {scientific(value)}",
