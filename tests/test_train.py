@@ -177,3 +177,17 @@ def test_validation_log_and_keep_best(tmp_path):
     assert notes["positions"] == "coupled"
     with pytest.raises(ValueError, match="needs --val-digits"):
         tiny_cfg(keep_best=True).validate()
+    # validation only observes: the same run without it ends with the same weights
+    assert train(tiny_cfg(steps=12), tmp_path / "plain", progress=False) == 0
+    wa, wb = state_of(tmp_path / "r")[0], state_of(tmp_path / "plain")[0]
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_hard_alibi_trains_and_its_windows_survive_the_checkpoint(tmp_path):
+    torch.set_num_threads(1)
+    assert train(tiny_cfg(positions="hard-alibi", heads=4, window=3, steps=4), tmp_path / "r", progress=False) == 0
+    model, notes, _ = load_trained(tmp_path / "r")
+    assert notes["positions"] == "hard-alibi" and model.cfg.attn_windows == [3, 3, None, None]
+    _, cache = model(torch.tensor([[12, 1, 2, 10, 3, 4, 11]]), return_cache=True)
+    pattern = cache["blocks.0.attn.hook_pattern"][0]
+    assert (pattern[:2, 6, :4] == 0).all() and (pattern[2:, 6, :4] > 0).all()  # windowed heads see the last 3 only

@@ -96,7 +96,8 @@ def attention_command(checkpoint: str, n: int, samples: int, out: str | Path, fo
     from .tasks import ADDITION
 
     ex = ADDITION.decode(example)
-    scale = "q·k/√d_head" if trained.cfg.attn_scale is None else f"q·k/{trained.cfg.attn_scale:g}"
+    scale = ("q·k/√d_head" if trained.cfg.attn_scale is None else "unscaled q·k" if trained.cfg.attn_scale == 1
+             else f"q·k/{trained.cfg.attn_scale:g}")
     name = (f"trained {trained.cfg.n_layers}-layer {trained.cfg.n_heads}-head model ({desc['positions']} positions, "
             f"trained on {desc['train_digits']} digits, scores {scale})")
     fig = attention_figure(cons_att[0], tr_att, n, matches, HEAD_NAMES, name, f"{ex} (one of {samples})")
