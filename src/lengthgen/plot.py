@@ -61,7 +61,8 @@ def save_figure(fig: Any, paths: list[Path]) -> None:
     for p in paths:
         p.parent.mkdir(parents=True, exist_ok=True)
         tmp = p.with_name(f".{p.stem}.tmp{p.suffix}")
-        fig.savefig(tmp, dpi=150 if p.suffix == ".png" else None, metadata={"Software": "lengthgen"} if p.suffix == ".png" else None)
+        meta = {"Software": "lengthgen"} if p.suffix == ".png" else {"CreationDate": None}  # reproducible PDFs
+        fig.savefig(tmp, dpi=150 if p.suffix == ".png" else None, metadata=meta)
         tmp.replace(p)
     plt.close(fig)
 
