@@ -1,5 +1,6 @@
 # Quick start:  make demo   (set up, then add two 100000-digit numbers with the Theorem 5.1 transformer)
 #               make test   (set up, then run the proof checks)
+# Also: make bench (long-operand benchmarks), make figures (regenerate figures/ from checkpoints/)
 # The set-up installs the CPU torch wheel first (pinned: an unpinned torch pulls a multi-GB CUDA build).
 PYTHON ?= python3
 VENV ?= .venv
@@ -25,4 +26,4 @@ bench: setup
 	$(BIN)/python bench/bench_addition.py
 
 figures: setup
-	$(BIN)/python -m lengthgen.plot all
+	PYTHON=$(BIN)/python figures/regenerate.sh
