@@ -182,7 +182,7 @@ def model_sum_digits(pred: np.ndarray) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_cli(lambda: _main(argv))
+    return run_cli("python -m constructions.addition", lambda: _main(argv))
 
 
 def _main(argv: list[str] | None) -> int:

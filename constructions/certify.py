@@ -22,11 +22,7 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
 
-try:  # running from a checkout without `pip install -e .`
-    import lengthgen  # noqa: F401
-except ModuleNotFoundError:  # pragma: no cover - depends on the environment
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-
+from lengthgen.cli import ArgumentParser, UsageError, fail, run_cli
 from lengthgen.positions import coupled_addition_ids
 
 from .addition import START_ID, CapacityError, hypercube_code, residual_basis
@@ -127,17 +123,11 @@ def table_lines(d_min: int = 21, d_max: int = 1024) -> list[str]:
     return lines
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports bad input in one line (no usage block) and exits 2."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        sys.stderr.write(f"certify: error: {message}\n")
-        raise SystemExit(2)
+PROG = "python -m constructions.certify"
 
 
 def _bad(message: str) -> int:
-    sys.stderr.write(f"certify: error: {message}\n")
-    return 2
+    return fail(PROG, message)
 
 
 def _check_d(d: int) -> str | None:
@@ -158,9 +148,8 @@ def _check_digits(n: int, d: int | None) -> str | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m constructions.certify", description=__doc__.split("\n\n")[0],
-                formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="{bound,margins,exact,precision}")
+    p = ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True, parser_class=ArgumentParser, metavar="{bound,margins,exact,precision}")
     b = sub.add_parser("bound", help="Theorem 5.1's length bound n_max(d), derived from the layout",
                        description="Print n_max(d) = 2^⌊(d−17)/2⌋ − 2 exactly and rounded, derived from the "
                        "construction's layout (token dimensions, position blocks, hypercube codes, IDs of the format).")
@@ -230,6 +219,16 @@ def _run_margins(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    def body() -> int:
+        try:
+            return _main(argv)
+        except CapacityError as exc:  # validated earlier; a last-resort one-line message
+            raise UsageError(str(exc)) from None
+
+    return run_cli(PROG, body)
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "bound":
@@ -259,8 +258,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        raise SystemExit(main())
-    except CapacityError as exc:  # pragma: no cover - validated above; last-resort one-line message
-        sys.stderr.write(f"certify: error: {exc}\n")
-        raise SystemExit(2)
+    raise SystemExit(main())

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import torch
 
-from lengthgen.cli import ArgumentParser, UsageError
+from lengthgen.cli import ArgumentParser, UsageError, fail
 
 from constructions.nope_certificate import (
     DEFAULT_RTOL, EXIT_BAD_INPUT, EXIT_COUNTEREXAMPLE, EXIT_DISTINGUISHED, INVARIANCE, BadInput, Comparison,
@@ -42,15 +42,18 @@ exit status: {EXIT_COUNTEREXAMPLE} a verified counterexample is printed; {EXIT_D
 (the model distinguishes every pair tried); {EXIT_BAD_INPUT} bad input; 1 internal error"""
 
 
+PROG = "python -m constructions.nope"
+
+
 def build_parser() -> argparse.ArgumentParser:
     from lengthgen.tasks import TASKS
 
     p = ArgumentParser(
-        prog="python -m constructions.nope",
+        prog=PROG,
         description="Proposition 5.2 (Cho et al. 2024, Position Coupling): a 1-layer transformer without "
         "positional information cannot tell a prompt from a permutation of it that ends in the same token. "
         "Find such a pair with different correct answers on which a model is wrong, and check it.",
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EPILOG,
     )
     p.add_argument("--task", default="addition", choices=sorted(TASKS), help="task (default addition)")
     p.add_argument("--digits", type=int, default=3, help="operand length n (default 3; n >= 2, N×2 allows 1)")
@@ -228,8 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
     except (UsageError, ValueError) as exc:  # BadInput, WeightFileError, CapacityError are ValueErrors
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return fail(PROG, str(exc))
     except Exception as exc:  # never a traceback
         print(f"internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

@@ -219,13 +219,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_precision(args: argparse.Namespace) -> int:
-    import sys
+    from lengthgen.cli import UsageError
 
     bad = [d for d in args.d_models if d < 21]
     if bad or args.cap <= 0:
         msg = f"--d-models must all be at least 21, got {bad[0]}" if bad else f"--cap must be positive, got {args.cap}"
-        sys.stderr.write(f"certify: error: {msg}\n")
-        return 2
+        raise UsageError(msg)
     if args.recompute or not args.json.exists():
         print(f"measuring {len(args.dtypes)} formats × {len(args.d_models)} widths (cap {args.cap} digits) ...")
         data = recompute(args.dtypes, args.d_models, args.cap)

@@ -35,7 +35,7 @@ def test_bad_input_is_one_line_and_exit_2(argv, needle, capsys) -> None:
         code = exc.code
     err = capsys.readouterr().err
     assert code == 2
-    assert err.count("\n") == 1 and err.startswith("certify: error:") and needle in err, err
+    assert err.count("\n") == 1 and err.startswith("python -m constructions.certify: error:") and needle in err, err
 
 
 @pytest.mark.parametrize("sub, needle", [("bound", "--table"), ("margins", "--digits"), ("exact", "--exhaustive"),

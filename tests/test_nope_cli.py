@@ -112,7 +112,7 @@ def test_a_saved_checkpoint_is_searched(capsys, tmp_path):
 def test_bad_input_is_one_line_and_exit_2(capsys, argv, message):
     code, out, err = run(capsys, *argv)
     assert code == 2 and out == ""
-    assert err.count("\n") == 1 and err.startswith("error: ") and message in err and "Traceback" not in err
+    assert err.count("\n") == 1 and err.startswith("python -m constructions.nope: error: ") and message in err and "Traceback" not in err
 
 
 def test_nx2_accepts_one_digit(capsys):

@@ -1,8 +1,9 @@
 """Shared command-line plumbing: bad input is one line on stderr and exit status 2.
 
-Every CLI of the project (``constructions.addition``, ``constructions.nope``, ``lengthgen.train``,
-...) builds its parser from :class:`ArgumentParser` and raises :class:`UsageError` for bad input;
-:func:`run_cli` turns that into ``error: <message>`` and exit status 2, never a traceback.
+Every CLI of the project (``constructions.addition``, ``constructions.certify``,
+``constructions.nope``, ``lengthgen.train``, ``lengthgen.evaluate``, ``lengthgen.plot``) builds its
+parser from :class:`ArgumentParser` and raises :class:`UsageError` for bad input; :func:`run_cli`
+turns that into ``PROG: error: <message>`` and exit status 2, never a traceback.
 """
 from __future__ import annotations
 
@@ -28,10 +29,15 @@ class ArgumentParser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def run_cli(body: Callable[[], int]) -> int:
-    """Run a CLI body; a :class:`UsageError` becomes one ``error:`` line and exit status 2."""
+def fail(prog: str, message: str) -> int:
+    """Print ``PROG: error: message`` as one line on stderr; return exit status 2."""
+    print(f"{prog}: error: {message}".replace("\n", " "), file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def run_cli(prog: str, body: Callable[[], int]) -> int:
+    """Run a CLI body; a :class:`UsageError` becomes one ``PROG: error:`` line and exit status 2."""
     try:
         return body()
     except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return fail(prog, str(exc))

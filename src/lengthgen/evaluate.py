@@ -26,6 +26,7 @@ import torch
 
 from .data import DataError, check_digits, eval_batch, parse_digit_range
 from .model import Transformer
+from .cli import run_cli
 from .runs import OneLineParser, RunError, fail, load_trained, write_json
 
 PROG = "python -m lengthgen.evaluate"
@@ -147,6 +148,10 @@ def parser() -> OneLineParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    return run_cli(PROG, lambda: _main(argv))
+
+
+def _main(argv: list[str] | None) -> int:
     args = parser().parse_args(argv)
     try:
         lo, hi = parse_digit_range(args.digits)

@@ -26,6 +26,7 @@ import torch
 from .data import DataError, parse_digit_range
 from .evaluate import DEFAULT_SEED, evaluate, load_for_eval, mean_attention
 from .plot_attention import match_heads, attention_figure
+from .cli import run_cli
 from .runs import OneLineParser, RunError, fail, read_json, write_json
 
 PROG = "python -m lengthgen.plot"
@@ -230,6 +231,10 @@ def parser() -> OneLineParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    return run_cli(PROG, lambda: _main(argv))
+
+
+def _main(argv: list[str] | None) -> int:
     args = parser().parse_args(argv)
     try:
         if args.samples < 1 or args.threads < 1:

@@ -15,17 +15,16 @@ any point therefore leaves the previous checkpoint loadable. A committed checkpo
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from .cli import ArgumentParser as OneLineParser, fail  # noqa: F401  (re-exported for train/evaluate/plot)
 from .model import Transformer
 from .weights import WeightFileError, load_model, save_model
 
@@ -35,19 +34,6 @@ KEEP_CHECKPOINTS = 2
 
 class RunError(ValueError):
     """A run directory or checkpoint that cannot be used as asked (message is user-facing)."""
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse that reports bad input as one line on stderr and exits with status 2."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def fail(prog: str, message: str) -> int:
-    """Print ``prog: error: message`` (one line) to stderr and return exit status 2."""
-    print(f"{prog}: error: {message}".replace("\n", " "), file=sys.stderr)
-    return 2
 
 
 def _umask() -> int:

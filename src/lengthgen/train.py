@@ -34,6 +34,7 @@ import torch.nn.functional as F
 
 from .data import DataError, SCHEMES, check_digits, parse_digit_range, table_size, training_batch
 from .model import Annotations, Transformer, TransformerConfig
+from .cli import run_cli
 from .runs import (
     NOTE_PREFIX, OneLineParser, RunError, fail, latest_checkpoint, load_optimizer, read_json,
     save_checkpoint, write_json,
@@ -43,6 +44,9 @@ from .weights import WeightFileError, load_model, save_model
 
 PROG = "python -m lengthgen.train"
 INTERRUPTED = 130
+
+
+POS_INITS = ("normal", "sinusoidal")
 
 
 @dataclass
@@ -76,6 +80,7 @@ class TrainConfig:
     log_every: int = 50
     pos_lr_scale: float = 1.0  # learning-rate multiplier of W_pos
     embed_std: float = 0.02  # init std of W_E and W_pos (the authors' T5 uses N(0, 1) for both)
+    pos_init: str = "normal"  # W_pos init: "normal" N(0, embed_std), or "sinusoidal" (same RMS), still learned
     attn_scale: float | None = None  # None: sqrt(d_head); 1.0: unscaled scores (as in the authors' T5)
     val_digits: str | None = None  # e.g. "6-15": exact match on these lengths logged every val_every steps
     val_every: int = 250
@@ -100,6 +105,8 @@ class TrainConfig:
             vlo, vhi = parse_digit_range(self.val_digits)
             if self.positions in ("coupled", "ape") and vhi > self.max_digits:
                 raise DataError(f"--val-digits {self.val_digits} exceeds --max-digits {self.max_digits}")
+        if self.pos_init not in POS_INITS:
+            raise DataError(f"unknown --pos-init {self.pos_init!r}; choose one of {', '.join(POS_INITS)}")
         if self.positions == "hard-alibi" and self.window < 1:
             raise DataError("--window must be at least 1")
 
@@ -125,7 +132,24 @@ def build_model(cfg: TrainConfig) -> Transformer:
     title = f"{cfg.task}, {cfg.positions} positions, {cfg.layers} layer(s) x {cfg.heads} heads, d={cfg.d_model}"
     model = Transformer(cfg.model_config(), Annotations(vocab=list(get_task(cfg.task).vocab), notes=notes, title=title))
     init_weights_(model, cfg.seed, embed_std=cfg.embed_std)
+    if cfg.pos_init == "sinusoidal" and cfg.positions in ("coupled", "ape"):
+        with torch.no_grad():
+            table = sinusoidal_table(model.cfg.n_ctx, model.cfg.d_model)
+            model.pos_embed.W_pos.copy_(table * cfg.embed_std * math.sqrt(2))  # RMS = embed_std
     return model
+
+
+def sinusoidal_table(n_positions: int, d_model: int) -> torch.Tensor:
+    """Vaswani et al. 2017 §3.5: row p = (sin(p·ω_i), cos(p·ω_i))_i with ω_i = 10000^(−2i/d).
+
+    Used only as an *initialization* of the learned table (``--pos-init sinusoidal``): a shift of
+    the position ID is then one rotation of each frequency pair, the same for every ID."""
+    pos = torch.arange(n_positions, dtype=torch.float64).unsqueeze(1)
+    omega = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    table = torch.zeros(n_positions, d_model, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(pos * omega)
+    table[:, 1::2] = torch.cos(pos * omega)[:, : d_model // 2]
+    return table.float()
 
 
 def init_weights_(model: Transformer, seed: int, std: float = 0.02, embed_std: float | None = None) -> Transformer:
@@ -345,6 +369,8 @@ def parser() -> OneLineParser:
     p.add_argument("--log-every", type=int, default=d.log_every)
     p.add_argument("--pos-lr-scale", type=float, default=d.pos_lr_scale, help="learning-rate multiplier of W_pos")
     p.add_argument("--embed-std", type=float, default=d.embed_std, help="init std of token/position embeddings")
+    p.add_argument("--pos-init", default=d.pos_init, help="W_pos initialization: normal (default) or sinusoidal "
+                   "(Vaswani et al., same RMS; the table is still learned)")
     p.add_argument("--attn-scale", type=float, default=None, help="divide q.k by this (default sqrt(d-head))")
     p.add_argument("--val-digits", default=None, help="log exact match on these lengths during training, e.g. 6-15")
     p.add_argument("--val-every", type=int, default=d.val_every)
@@ -363,6 +389,10 @@ def parser() -> OneLineParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    return run_cli(PROG, lambda: _main(argv))
+
+
+def _main(argv: list[str] | None) -> int:
     args = parser().parse_args(argv)
     cfg = TrainConfig(**{f.name: getattr(args, f.name) for f in fields(TrainConfig) if hasattr(args, f.name)})
     out = Path(args.out)
