@@ -141,8 +141,12 @@ class Attention(nn.Module):
         dense = acts is not None or q.shape[-2] * k.shape[-2] <= DENSE_ENTRIES_LIMIT
         z = q.new_empty(*q.shape[:-1], v.shape[-1])
         scores_all = pattern_all = None
-        for heads, window in _window_groups(windows):
-            qs, ks, vs = q[:, heads], k[:, heads], v[:, heads]
+        groups = _window_groups(windows)
+        for heads, window in groups:
+            # one group (the usual case) uses the tensors as they are: indexing with a list would
+            # copy the whole KV cache at every decoding step
+            qs, ks, vs = (q, k, v) if len(groups) == 1 else (q[:, heads], k[:, heads], v[:, heads])
+            heads = slice(None) if len(groups) == 1 else heads
             if not dense:
                 z[:, heads] = long_attention(qs, ks, vs, self.cfg.score_scale, window)
                 continue
