@@ -189,3 +189,17 @@ def test_hard_alibi_trains_and_its_windows_survive_the_checkpoint(tmp_path):
     _, cache = model(torch.tensor([[12, 1, 2, 10, 3, 4, 11]]), return_cache=True)
     pattern = cache["blocks.0.attn.hook_pattern"][0]
     assert (pattern[:2, 6, :4] == 0).all() and (pattern[2:, 6, :4] > 0).all()  # windowed heads see the last 3 only
+
+
+def test_sinusoidal_position_init():
+    """--pos-init sinusoidal: row p is (sin pω_i, cos pω_i) scaled to RMS embed_std (Vaswani et al. §3.5)."""
+    cfg = TrainConfig(positions="coupled", d_model=16, heads=2, pos_init="sinusoidal", embed_std=0.5)
+    W = build_model(cfg).pos_embed.W_pos.detach().double()
+    p, i = 5, 3
+    omega = 10000.0 ** (-2 * i / 16)
+    scale = 0.5 * np.sqrt(2)
+    assert W[p, 2 * i].item() == pytest.approx(scale * np.sin(p * omega), abs=1e-6)
+    assert W[p, 2 * i + 1].item() == pytest.approx(scale * np.cos(p * omega), abs=1e-6)
+    assert W.pow(2).mean().sqrt().item() == pytest.approx(0.5, rel=1e-6)
+    with pytest.raises(Exception, match="pos-init"):
+        TrainConfig(pos_init="fourier").validate()
