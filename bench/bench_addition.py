@@ -2,6 +2,7 @@
 
     python bench/bench_addition.py                 # 100000 digits: teacher + greedy, attention ratios
     python bench/bench_addition.py --digits 10000 --skip-greedy
+    python bench/bench_addition.py --attention-only
 
 Figures printed: wall time and peak memory of the CLI in teacher and greedy mode (each in a fresh
 process, so peak memory is that run's), and the throughput of the long attention path relative to
@@ -72,11 +73,13 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--digits", type=int, default=100_000)
     p.add_argument("--skip-greedy", action="store_true")
+    p.add_argument("--attention-only", action="store_true", help="only the SDPA ratio benchmark")
     p.add_argument("--attention-keys", type=int, default=24_000, help="sequence length for the ratio benchmark")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = p.parse_args()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {args.device}")
-    for mode in ["teacher"] + ([] if args.skip_greedy else ["greedy"]):
+    modes = [] if args.attention_only else ["teacher"] + ([] if args.skip_greedy else ["greedy"])
+    for mode in modes:
         r = cli_run(args.digits, mode, args.device)
         if "error" in r:
             print(f"{mode}: ERROR {r['error']}")
