@@ -71,8 +71,9 @@ def dense_attention(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Explicit softmax. Returns ``(output, scores, pattern)``; masked scores are ``-inf``."""
     scores = torch.matmul(q, k.transpose(-1, -2)) * scale
-    allowed = causal_mask(q.shape[-2], k.shape[-2], window, q.device)
-    scores = scores.masked_fill(~allowed, float("-inf"))
+    if q.shape[-2] > 1 or window is not None:  # one query (a decoding step) sees every key: no mask
+        allowed = causal_mask(q.shape[-2], k.shape[-2], window, q.device)
+        scores = scores.masked_fill(~allowed, float("-inf"))
     pattern = torch.softmax(scores, dim=-1)
     return torch.matmul(pattern, v), scores, pattern
 
