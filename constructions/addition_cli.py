@@ -117,7 +117,6 @@ def run(args: argparse.Namespace) -> dict:
     expected = inst.answer_tokens
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    peak_before = _rss_peak_bytes()
     start = time.perf_counter()
     show_progress = not args.no_progress and not args.json and sys.stderr.isatty()
     if args.mode == "teacher":
@@ -132,7 +131,7 @@ def run(args: argparse.Namespace) -> dict:
     if device == "cuda":
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start
-    peak = torch.cuda.max_memory_allocated() if device == "cuda" else max(_rss_peak_bytes(), peak_before)
+    peak = torch.cuda.max_memory_allocated() if device == "cuda" else _rss_peak_bytes()
     length = min(len(pred), len(expected))
     mismatch = np.nonzero(pred[:length] != expected[:length])[0]
     first_wrong = int(mismatch[0]) if len(mismatch) else (None if len(pred) == len(expected) else length)

@@ -322,24 +322,23 @@ class AttentionKernel:
         return self.reducer.single(j, self._value(j), p)
 
     # -- hash groups with prefix statistics
-    def _add_hash(self, j: int) -> None:
-        key = self._key(0, j) if self.eq else None
+    def _bucket(self, side: int, pos: int) -> tuple[Any, Any]:
+        """The EQ key of a key (side 0) or query (side 1) position, and its bucket (or None)."""
+        key = self._key(side, pos) if self.eq else None
         try:
-            bucket = self.buckets.get(key)
+            return key, self.buckets.get(key)
         except TypeError:
-            raise RASPTypeError(f"selector {self.selector.label!r}: EQ key {key!r} at position {j} "
-                                "is not hashable") from None
+            raise RASPTypeError(f"selector {self.selector.label!r}: EQ {('key', 'query')[side]} {key!r} "
+                                f"at position {pos} is not hashable") from None
+
+    def _add_hash(self, j: int) -> None:
+        key, bucket = self._bucket(0, j)
         if bucket is None:
             bucket = self.buckets[key] = self.reducer.new_bucket()
         self.reducer.add(bucket, j, self._value(j))
 
     def _query_hash(self, p: int, n: int) -> Any:
-        key = self._key(1, p) if self.eq else None
-        try:
-            bucket = self.buckets.get(key)
-        except TypeError:
-            raise RASPTypeError(f"selector {self.selector.label!r}: EQ query {key!r} at position {p} "
-                                "is not hashable") from None
+        _, bucket = self._bucket(1, p)
         if bucket is None:
             return self.default
         idx = bucket[0]

@@ -54,16 +54,24 @@ def report_progress(callback: Callable[[int, int], None]) -> Iterator[None]:
         _progress.reset(token)
 
 
-def causal_mask(
-    lq: int, lk: int, window: int | None = None, device: torch.device | str | None = None
+def visibility_mask(
+    q_from: int, q_to: int, k_from: int, k_to: int, window: int | None, device: torch.device | str | None
 ) -> torch.Tensor:
-    """Boolean ``[Lq, Lk]`` mask, True where query row ``r`` may attend to key ``j``."""
-    q_pos = torch.arange(lk - lq, lk, device=device).unsqueeze(1)
-    k_pos = torch.arange(lk, device=device).unsqueeze(0)
+    """Boolean ``[q_to - q_from, k_to - k_from]``: True where the query at absolute position q may
+    see the key at position j (``j <= q``, and ``j > q - window`` under Hard-ALiBi)."""
+    q_pos = torch.arange(q_from, q_to, device=device).unsqueeze(1)
+    k_pos = torch.arange(k_from, k_to, device=device).unsqueeze(0)
     allowed = k_pos <= q_pos
     if window is not None:
         allowed &= k_pos > q_pos - window
     return allowed
+
+
+def causal_mask(
+    lq: int, lk: int, window: int | None = None, device: torch.device | str | None = None
+) -> torch.Tensor:
+    """Boolean ``[Lq, Lk]`` mask for queries at the last ``Lq`` of ``Lk`` positions."""
+    return visibility_mask(lk - lq, lk, 0, lk, window, device)
 
 
 def dense_attention(
@@ -109,12 +117,7 @@ def chunked_attention(
             s = torch.matmul(q_blk, k[..., k0:k1, :].transpose(-1, -2))
             needs_mask = k1 - 1 > first_q or (window is not None and k0 <= last_q - window)
             if needs_mask:
-                q_pos = torch.arange(first_q, last_q + 1, device=q.device).unsqueeze(1)
-                k_pos = torch.arange(k0, k1, device=q.device).unsqueeze(0)
-                allowed = k_pos <= q_pos
-                if window is not None:
-                    allowed &= k_pos > q_pos - window
-                s = s.masked_fill(~allowed, float("-inf"))
+                s = s.masked_fill(~visibility_mask(first_q, last_q + 1, k0, k1, window, q.device), float("-inf"))
             new_max = torch.maximum(row_max, s.amax(dim=-1, keepdim=True))
             # rows that have seen no visible key yet keep max -inf; exp(-inf - -inf) would be nan
             safe_max = torch.where(torch.isinf(new_max), torch.zeros_like(new_max), new_max)

@@ -37,10 +37,8 @@ def greedy_generate(
     (default: consecutive IDs after the prompt). Stops after ``stop_token`` (included in the output)
     or after ``max_new_tokens`` (default ``len(new_pos_ids) + 1``).
     """
-    as_row = lambda x: None if x is None else torch.as_tensor(x, dtype=torch.long).reshape(1, -1)
-    return greedy_generate_batch(
-        model, as_row(prompt), as_row(prompt_pos_ids), as_row(new_pos_ids), max_new_tokens, stop_token, progress
-    )[0]
+    rows = (_as_tensor(x, model.device) for x in (prompt, prompt_pos_ids, new_pos_ids))
+    return greedy_generate_batch(model, *rows, max_new_tokens, stop_token, progress)[0]
 
 
 @torch.inference_mode()

@@ -9,14 +9,12 @@ are used only as the exact oracle (with ``sys.set_int_max_str_digits(0)``).
 """
 from __future__ import annotations
 
-import sys
 
 import numpy as np
 
 from ..positions import coupled_addition_ids
 from .base import SequenceTask, TaskInstance, Vocabulary, digits_of, digits_to_str
 
-sys.set_int_max_str_digits(0)  # Python >= 3.11 refuses int<->str beyond 4300 digits by default
 
 
 def exact_sum_digits(a: np.ndarray, b: np.ndarray, width: int) -> np.ndarray:

@@ -5,9 +5,12 @@ IDs); ``prompt`` and ``answer`` are cut from it, so every task defines the layou
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import numpy as np
+
+sys.set_int_max_str_digits(0)  # the oracles convert 10^5-digit numbers; Python >= 3.11 caps at 4300
 
 
 class Vocabulary:

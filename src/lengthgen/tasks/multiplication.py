@@ -18,13 +18,11 @@ an ID (a_i, b_i and c_i all get ``e-1-i``).
 from __future__ import annotations
 
 import re
-import sys
 
 import numpy as np
 
 from .base import SequenceTask, TaskInstance, Vocabulary, digits_of, digits_to_str
 
-sys.set_int_max_str_digits(0)
 
 
 MultiplicationInstance = TaskInstance  # prompt_len = N + M + 3 (up to and including '=')
