@@ -148,7 +148,7 @@ def _check_digits(n: int, d: int | None) -> str | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    p = ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0].replace("``", ""))
     sub = p.add_subparsers(dest="command", required=True, parser_class=ArgumentParser, metavar="{bound,margins,exact,precision}")
     b = sub.add_parser("bound", help="Theorem 5.1's length bound n_max(d), derived from the layout",
                        description="Print n_max(d) = 2^⌊(d−17)/2⌋ − 2 exactly and rounded, derived from the "
