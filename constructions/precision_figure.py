@@ -80,8 +80,7 @@ def draw(data: dict, path: Path) -> None:
     ax.add_artist(first)
     ax.legend(handles=reason_handles, loc="lower left", bbox_to_anchor=(1.01, 0.0), fontsize=10, title="marker",
               title_fontsize=10)
+    from lengthgen.plot import save_figure  # atomic, and reproducible PDFs (no creation date)
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=150)
-    fig.savefig(path.with_suffix(".pdf"))
-    plt.close(fig)
+    save_figure(fig, [path, path.with_suffix(".pdf")])

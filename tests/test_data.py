@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 from lengthgen.data import (
-    DataError, add_digits, batch_from_operands, check_digits, eval_batch, layout, parse_digit_range,
-    sample_numbers, table_digits, table_size, training_batch,
+    DataError, add_digits, batch_from_operands, check_digits, eval_batch, layout, packed_training_batch,
+    parse_digit_range, sample_numbers, table_digits, table_size, training_batch,
 )
 from lengthgen.positions import coupled_addition_ids
 from lengthgen.tasks import ADDITION
@@ -88,6 +88,51 @@ def test_training_batch_shapes_lengths_and_ids():
     # n = max of two independent uniform lengths on 1..5: P(n = k) = (2k - 1) / 25
     freq = np.bincount(seen_n, minlength=6)[1:] / len(seen_n)
     assert np.allclose(freq, (2 * np.arange(1, 6) - 1) / 25, atol=0.015)
+
+
+def split_problems(tokens: np.ndarray) -> list[tuple[int, int]]:
+    """Token-index spans [start, end] of the ``$ a+b=c $`` problems in a packed row (shared ``$``)."""
+    text = ADDITION.decode(tokens)
+    dollars = [i for i, ch in enumerate(text) if ch == "$"]
+    return [(i, j) for i, j in zip(dollars, dollars[1:]) if j > i + 1]
+
+
+def test_packed_training_batch_rows_are_one_or_two_correct_additions():
+    rng = np.random.default_rng(3)
+    packed_rows = max_gap = 0
+    for _ in range(10):
+        b = packed_training_batch(rng, 128, 1, 5, n_ctx=18, pack=0.5)
+        assert b.pos_ids.min() >= 0 and b.pos_ids.max() <= 17
+        for row in range(len(b.tokens)):
+            spans = split_problems(b.tokens[row])
+            assert len(spans) in (1, 2)
+            ranges = []
+            for i, j in spans:  # each problem: a correct sum, its own coupled IDs, loss on c and the final $
+                text = ADDITION.decode(b.tokens[row, i : j + 1])
+                x, rest = text[1:].split("+")
+                y, ans = rest.split("=")
+                n = len(x)
+                assert len(y) == n <= 5 and int(ans[:-1][::-1]) == int(x) + int(y)
+                s = int(b.pos_ids[row, i + 1])
+                ids = coupled_addition_ids(n, s)
+                assert (b.pos_ids[row, i + 1 : j] == ids[1:-1]).all()
+                assert b.loss_mask[row, j - n - 2 : j].all() and not b.loss_mask[row, i : j - n - 2].any()
+                ranges.append((s - 1, s + n))
+            assert b.loss_mask[row].sum() == sum(hi - lo + 1 for lo, hi in ranges)  # n + 2 per problem
+            assert not b.loss_mask[row, spans[-1][1]:].any()
+            assert (b.tokens[row, spans[-1][1]:] == ADDITION.EOS).all() and (b.pos_ids[row, spans[-1][1]:] == 0).all()
+            if len(ranges) == 2:  # disjoint ID ranges, at least 2 apart, inside 1..17
+                packed_rows += 1
+                (lo1, hi1), (lo2, hi2) = sorted(ranges)
+                assert lo1 >= 1 and hi2 <= 17 and lo2 - hi1 >= 2
+                max_gap = max(max_gap, hi2 - lo1)
+    assert 0.4 < packed_rows / 1280 < 0.6
+    assert max_gap >= 15  # far-apart IDs do meet
+
+
+def test_packed_training_batch_refuses_a_table_too_small():
+    with pytest.raises(DataError, match="max-digits"):
+        packed_training_batch(np.random.default_rng(0), 4, 1, 8, n_ctx=18, pack=1.0)
 
 
 def test_sample_numbers_balanced():

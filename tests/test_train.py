@@ -203,3 +203,20 @@ def test_sinusoidal_position_init():
     assert W.pow(2).mean().sqrt().item() == pytest.approx(0.5, rel=1e-6)
     with pytest.raises(Exception, match="pos-init"):
         TrainConfig(pos_init="fourier").validate()
+
+
+def test_packed_training_runs_and_bad_pack_is_refused(tmp_path, capsys):
+    torch.set_num_threads(1)
+    cfg = tiny_cfg(steps=60, lr=3e-3, train_digits="1-2", max_digits=8, pack=0.5)
+    assert train(cfg, tmp_path / "packed", progress=False) == 0
+    log = json.loads((latest_checkpoint(tmp_path / "packed") / "state.json").read_text())["log"]
+    assert np.mean([e["loss"] for e in log[-3:]]) < 0.8 * np.mean([e["loss"] for e in log[:3]])
+    capsys.readouterr()
+    out = str(tmp_path / "bad")
+    assert main([*TINY, "--pack", "1.5", "--out", out]) == 2
+    assert "0 <= pack <= 1" in one_error_line(capsys)
+    assert main([*TINY, "--positions", "ape", "--pack", "0.5", "--out", out]) == 2
+    assert "needs --positions coupled" in one_error_line(capsys)
+    assert main([*TINY, "--pack", "0.5", "--out", out]) == 2  # two 3-digit problems need 12 IDs; 6 digits give 8
+    assert "raise --max-digits to at least" in one_error_line(capsys)
+    assert not Path(out).exists()

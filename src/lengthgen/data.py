@@ -198,6 +198,62 @@ def training_batch(
     return layout(a, b, n, scheme, start)
 
 
+def packed_training_batch(
+    rng: np.random.Generator, batch_size: int, lo: int, hi: int, n_ctx: int, pack: float, gap: int = 2
+) -> Batch:
+    """Coupled training rows of which a fraction ``pack`` hold two additions back to back,
+    ``$ a+b=c $ a'+b'=c' $`` (the first problem's final ``$`` is the second one's BOS, as in packed
+    language-model training), the loss covering both answers.
+
+    Not in the paper (an addition of this project, issue 6): each problem is still a 1–``hi``-digit
+    addition with its own coupled IDs, but the two ID ranges ``[s−1, s+n]`` are disjoint and at
+    least ``gap`` apart, placed at random inside ``1 .. max_id``. The second problem's queries thus
+    meet keys whose IDs are up to ``max_id − 1`` away, a pair of IDs that one ≤ ``hi``-digit problem
+    never shows, and training pushes their scores down; with one problem per row those scores are
+    never trained (README, "Honest reading"). Gap ≥ 2 keeps every key of the other problem off the
+    IDs ``i`` and ``i − 1`` that a query at ID ``i`` reads. Rows that are not packed are ordinary
+    :func:`training_batch` rows."""
+    max_id = n_ctx - 1
+    if 2 * (hi + 2) + gap > max_id:
+        raise DataError(f"--pack needs two {hi}-digit problems {gap} IDs apart in IDs 1..{max_id}: "
+                        f"raise --max-digits to at least {2 * (hi + 2) + gap - 1 - EVAL_START}")
+    probs = []
+    for _ in range(2):
+        la, lb = rng.integers(lo, hi + 1, size=batch_size), rng.integers(lo, hi + 1, size=batch_size)
+        probs.append((sample_numbers(rng, la, hi), sample_numbers(rng, lb, hi), np.maximum(la, lb)))
+    (_, _, n1), (_, _, n2) = probs
+    packed = rng.random(batch_size) < pack
+    w1, w2 = n1 + 2, n2 + 2  # IDs used by a problem: s−1 .. s+n
+    slack = max_id - (w1 + w2 + gap)
+    o1 = rng.integers(0, slack + 1)
+    o2 = rng.integers(0, slack - o1 + 1)
+    first_low = rng.random(batch_size) < 0.5
+    low_begin = 1 + o1
+    high_begin = low_begin + np.where(first_low, w1, w2) + gap + o2
+    s1 = np.where(packed, np.where(first_low, low_begin, high_begin) + 1, rng.integers(EVAL_START, max_id - n1 + 1))
+    s2 = np.where(first_low, high_begin, low_begin) + 1
+    one = layout(*probs[0], "coupled", s1)
+    two = layout(*probs[1], "coupled", s2)
+    len1 = 3 * n1 + 5
+    len2 = np.where(packed, 3 * n2 + 5, 1)  # an unpacked row takes nothing from the second problem
+    T = int((len1 + len2 - 1).max())
+    t = np.arange(T)[None, :]
+    from_one = t < len1[:, None]
+    j = np.clip(t - len1[:, None] + 1, 0, two.tokens.shape[1] - 1)
+    in_two = ~from_one & (t - len1[:, None] + 1 < len2[:, None])
+    i = np.clip(t, 0, one.tokens.shape[1] - 1)
+    pick = lambda x1, x2, fill: np.where(from_one, np.take_along_axis(x1, i, 1),
+                                         np.where(in_two, np.take_along_axis(x2, j, 1), fill))
+    tokens = pick(one.tokens, two.tokens, DOLLAR)
+    pos = pick(one.pos_ids, two.pos_ids, 0)
+    ti = t[:, :-1]
+    i_m = np.clip(ti, 0, one.loss_mask.shape[1] - 1)
+    j_m = np.clip(ti - len1[:, None] + 1, 0, two.loss_mask.shape[1] - 1)
+    mask = np.where(ti < len1[:, None] - 1, np.take_along_axis(one.loss_mask, i_m, 1),
+                    (ti - len1[:, None] + 1 < len2[:, None] - 1) & np.take_along_axis(two.loss_mask, j_m, 1))
+    return Batch(tokens=tokens, pos_ids=pos, loss_mask=mask, n=np.maximum(n1, np.where(packed, n2, 0)))
+
+
 def eval_batch(rng: np.random.Generator, batch_size: int, n: int, scheme: str) -> Batch:
     """Two n-digit operands per row (paper's test sets), coupled start fixed at ``s = 2``."""
     lengths = np.full(batch_size, n, dtype=np.int64)

@@ -32,11 +32,16 @@ from .runs import OneLineParser, RunError, fail, read_json, write_json
 PROG = "python -m lengthgen.plot"
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CHECKPOINTS = {  # label -> committed checkpoint (all 1 layer, 2 heads, d_model 128, trained on 1-5 digits)
-    "position coupling": "checkpoints/addition_coupled_1l2h",
-    "position coupling, unscaled attention": "checkpoints/addition_coupled_1l2h_unscaled",
+    "coupling, packed rows": "checkpoints/addition_coupled_1l2h_packed",
+    "coupling, packed rows, q·k/√d": "checkpoints/addition_coupled_1l2h_packed_scaled",
+    "coupling, one problem per row": "checkpoints/addition_coupled_1l2h_unscaled",
+    "coupling, one problem per row, q·k/√d": "checkpoints/addition_coupled_1l2h",
     "plain APE": "checkpoints/addition_ape_1l2h",
     "NoPE": "checkpoints/addition_nope_1l2h",
 }
+VARIANT_STYLES = [  # (line style, hollow marker) of the 1st, 2nd, ... model of one position scheme
+    ("-", False), ("-.", True), (":", False), ((0, (1, 3)), True),
+]
 COLORS = {"coupled": "#d95f02", "ape": "#1b9e77", "nope": "#7570b3", "construction": "#333333", "hard-alibi": "#e7298a"}
 MARKERS = {"coupled": "o", "ape": "s", "nope": "^", "construction": "*", "hard-alibi": "D"}
 
@@ -69,12 +74,14 @@ def save_figure(fig: Any, paths: list[Path]) -> None:
 
 
 def train_info(checkpoint: str) -> dict[str, Any]:
-    """Training seconds / steps / parameters from the ``summary.json`` beside a checkpoint, if any."""
+    """Training seconds / steps / parameters / packed fraction from the ``summary.json`` beside a
+    checkpoint, if any."""
     p = Path(checkpoint)
     for cand in (p / "summary.json", p.parent / "summary.json"):
         if cand.is_file():
             s = read_json(cand)
-            return {k: s.get(k) for k in ("train_seconds", "steps", "params", "threads", "device")}
+            info = {k: s.get(k) for k in ("train_seconds", "steps", "params", "threads", "device")}
+            return {**info, "pack": (s.get("config") or {}).get("pack", 0.0)}
     return {}
 
 
@@ -100,8 +107,10 @@ def attention_command(checkpoint: str, n: int, samples: int, out: str | Path, fo
     ex = ADDITION.decode(example)
     scale = ("q·k/√d_head" if trained.cfg.attn_scale is None else "unscaled q·k" if trained.cfg.attn_scale == 1
              else f"q·k/{trained.cfg.attn_scale:g}")
+    pack = train_info(checkpoint).get("pack")
+    rows = f", {pack:.0%} of rows packed with two problems" if pack else ""
     name = (f"trained {trained.cfg.n_layers}-layer {trained.cfg.n_heads}-head model ({desc['positions']} positions, "
-            f"trained on {desc['train_digits']} digits, scores {scale})")
+            f"trained on {desc['train_digits']} digits{rows}, scores {scale})")
     fig = attention_figure(cons_att[0], tr_att, n, matches, HEAD_NAMES, name, f"{ex} (one of {samples})")
     save_figure(fig, paths)
     log(f"wrote {', '.join(map(str, paths))}")
@@ -131,35 +140,39 @@ def measure(models: dict[str, str], construction: bool, digits: list[int], sampl
     return entries
 
 
-def length_figure(entries: dict[str, Any], title: str):
-    """Exact match vs operand length, one line per model, trained range shaded (paper's Figure 1 style)."""
+def length_figure(entries: dict[str, Any], title: str, zoom_from: float = 90.0):
+    """Exact match vs operand length, one line per model, trained range shaded (paper's Figure 1 style);
+    the right panel repeats the plot for ``zoom_from``..100 % so the models near 100 % can be told apart."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8.6, 5.6))
-    spans = {parse_digit_range(e["train_digits"]) for e in entries.values() if e.get("train_digits")}
-    for i, (lo, hi) in enumerate(sorted(spans)):
-        ax.axvspan(lo - 0.5, hi + 0.5, color="0.88", zorder=0, label="trained lengths" if i == 0 else None)
-    seen: dict[str, int] = {}
-    for label, e in entries.items():
-        kind = e["positions"]
-        variant = seen[kind] = seen.get(kind, -1) + 1
-        xs = [r["n"] for r in e["results"]]
-        ys = [100 * r["exact_match"] for r in e["results"]]
-        ax.plot(xs, ys, marker=MARKERS.get(kind, "o"), color=COLORS.get(kind), label=label, lw=1.9,
-                ms=10 if kind == "construction" else 6, alpha=1.0 if variant == 0 else 0.75,
-                ls="--" if kind == "construction" else ("-" if variant == 0 else ":"),
-                mfc=None if variant == 0 else "white", zorder=3)
+    fig, axes = plt.subplots(1, 2, figsize=(12.5, 5.6), gridspec_kw={"width_ratios": [3, 2]})
+    spans = sorted({parse_digit_range(e["train_digits"]) for e in entries.values() if e.get("train_digits")})
     all_n = sorted({r["n"] for e in entries.values() for r in e["results"]})
-    ax.set_xticks(all_n)
-    ax.set_xlim(min(all_n) - 0.6, max(all_n) + 0.6)
-    ax.set_ylim(-3, 104)
-    ax.set_xlabel("operand length n (digits)", fontsize=12)
-    ax.set_ylabel("exact match (%)", fontsize=12)
-    ax.tick_params(labelsize=10.5)
-    ax.grid(alpha=0.3, zorder=1)
-    ax.set_title(title, fontsize=12)
-    ax.legend(fontsize=10, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=3, frameon=False)
-    fig.tight_layout()
+    for ax, (y_lo, y_hi) in zip(axes, [(-3, 104), (zoom_from, 100.4)]):
+        for i, (lo, hi) in enumerate(spans):
+            ax.axvspan(lo - 0.5, hi + 0.5, color="0.88", zorder=0, label="trained lengths" if i == 0 else None)
+        seen: dict[str, int] = {}
+        for label, e in entries.items():
+            kind = e["positions"]
+            variant = seen[kind] = seen.get(kind, -1) + 1
+            ls, hollow = VARIANT_STYLES[variant % len(VARIANT_STYLES)]
+            xs = [r["n"] for r in e["results"]]
+            ys = [100 * r["exact_match"] for r in e["results"]]
+            ax.plot(xs, ys, marker=MARKERS.get(kind, "o"), color=COLORS.get(kind), label=label, lw=1.9,
+                    ms=10 if kind == "construction" else 6, alpha=1.0 if variant == 0 else 0.8,
+                    ls="--" if kind == "construction" else ls, mfc="white" if hollow else None, zorder=3)
+        ax.set_xticks(all_n)
+        ax.set_xlim(min(all_n) - 0.6, max(all_n) + 0.6)
+        ax.set_ylim(y_lo, y_hi)
+        ax.set_xlabel("operand length n (digits)", fontsize=12)
+        ax.tick_params(labelsize=10.5)
+        ax.grid(alpha=0.3, zorder=1)
+    axes[0].set_ylabel("exact match (%)", fontsize=12)
+    axes[0].set_title(title, fontsize=12, loc="left")
+    axes[1].set_title(f"zoom: {zoom_from:g}–100 %", fontsize=12)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=10.5, loc="lower center", ncol=4, frameon=False)
+    fig.tight_layout(rect=(0, 0.13, 1, 1))
     return fig
 
 
@@ -168,8 +181,9 @@ def length_command(models: dict[str, str], construction: bool, digits: list[int]
     paths = outputs(out)
     check_free(paths, force)
     entries = measure(models, construction, digits, samples, seed, progress)
+    width = max(map(len, entries)) + 1
     for label, e in entries.items():
-        log(f"{label:<28} " + " ".join(f"{r['n']}:{100 * r['exact_match']:.1f}" for r in e["results"]))
+        log(f"{label:<{width}} " + " ".join(f"{r['n']}:{100 * r['exact_match']:.1f}" for r in e["results"]))
     fig = length_figure(entries, f"Addition: exact match vs operand length (teacher-forced, {samples} samples per length)")
     save_figure(fig, paths)
     log(f"wrote {', '.join(map(str, paths))}")
@@ -268,8 +282,8 @@ def all_command(out_dir: Path, samples: int, seed: int, force: bool, progress: b
     if missing:
         raise RunError(f"missing committed checkpoint(s): {', '.join(missing)}")
     results = out_dir / "results.json"
-    att_figs = {"attention_addition.png": "position coupling",
-                "attention_addition_unscaled.png": "position coupling, unscaled attention"}
+    att_figs = {"attention_addition.png": "coupling, packed rows",
+                "attention_addition_unpacked.png": "coupling, one problem per row"}
     targets = [p for f in [*att_figs, "length_generalization.png"] for p in outputs(out_dir / f)] + [results]
     check_free(targets, force)
     attention = {}

@@ -32,7 +32,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .data import DataError, SCHEMES, check_digits, parse_digit_range, table_size, training_batch
+from .data import (
+    DataError, SCHEMES, check_digits, packed_training_batch, parse_digit_range, table_size, training_batch,
+)
 from .model import Annotations, Transformer, TransformerConfig
 from .cli import run_cli
 from .runs import (
@@ -86,6 +88,8 @@ class TrainConfig:
     val_every: int = 250
     val_samples: int = 200
     keep_best: bool = False  # keep the weights with the lowest validation loss at the longest val length
+    label_smoothing: float = 0.0  # of the training cross-entropy (torch's label_smoothing)
+    pack: float = 0.0  # fraction of coupled training rows holding two additions (data.packed_training_batch)
 
     def validate(self) -> None:
         get_task(self.task)
@@ -107,6 +111,14 @@ class TrainConfig:
                 raise DataError(f"--val-digits {self.val_digits} exceeds --max-digits {self.max_digits}")
         if self.pos_init not in POS_INITS:
             raise DataError(f"unknown --pos-init {self.pos_init!r}; choose one of {', '.join(POS_INITS)}")
+        if not 0 <= self.label_smoothing < 1:
+            raise DataError("--label-smoothing must be in [0, 1)")
+        if not 0 <= self.pack <= 1:
+            raise DataError("--pack is a fraction of the training rows: 0 <= pack <= 1")
+        if self.pack and self.positions != "coupled":
+            raise DataError("--pack needs --positions coupled (two problems get disjoint coupled ID ranges)")
+        if self.pack:
+            packed_training_batch(np.random.default_rng(0), 1, lo, hi, table_size(self.positions, self.max_digits), 1.0)
         if self.positions == "hard-alibi" and self.window < 1:
             raise DataError("--window must be at least 1")
 
@@ -191,12 +203,12 @@ def make_optimizer(model: Transformer, cfg: TrainConfig) -> torch.optim.Optimize
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay, eps=1e-8)
 
 
-def masked_loss(model: Transformer, tokens: torch.Tensor, pos: torch.Tensor | None, mask: torch.Tensor
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def masked_loss(model: Transformer, tokens: torch.Tensor, pos: torch.Tensor | None, mask: torch.Tensor,
+                label_smoothing: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Cross-entropy over the masked next-token predictions; also (token accuracy, exact match)."""
     logits = model(tokens[:, :-1], None if pos is None else pos[:, :-1])
     targets = tokens[:, 1:]
-    loss = F.cross_entropy(logits[mask], targets[mask])
+    loss = F.cross_entropy(logits[mask], targets[mask], label_smoothing=label_smoothing)
     with torch.no_grad():
         right = (logits.argmax(-1) == targets) | ~mask
         tok_acc = ((logits.argmax(-1) == targets) & mask).sum() / mask.sum()
@@ -287,12 +299,13 @@ def train(cfg: TrainConfig, out: Path, *, resume: bool = False, stop_after: int 
     try:
         with _StopFlag() as stop:
             while step < cfg.steps:
-                batch = training_batch(rng, cfg.batch_size, lo, hi, cfg.positions, n_ctx)
+                batch = (packed_training_batch(rng, cfg.batch_size, lo, hi, n_ctx, cfg.pack) if cfg.pack
+                         else training_batch(rng, cfg.batch_size, lo, hi, cfg.positions, n_ctx))
                 tokens, pos, mask = batch.to_torch(device)
                 lr = lr_at(step, cfg)
                 for group in opt.param_groups:
                     group["lr"] = lr * group["lr_scale"]
-                loss, tok_acc, em = masked_loss(model, tokens, pos, mask)
+                loss, tok_acc, em = masked_loss(model, tokens, pos, mask, cfg.label_smoothing)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
@@ -378,6 +391,11 @@ def parser() -> OneLineParser:
     p.add_argument("--keep-best", action="store_true",
                    help="also keep the weights with the lowest validation loss at the longest --val-digits length "
                         "in OUT/best/ (the authors' model selection)")
+    p.add_argument("--label-smoothing", type=float, default=d.label_smoothing,
+                   help="label smoothing of the training loss (0 = none)")
+    p.add_argument("--pack", type=float, default=d.pack,
+                   help="fraction (0-1) of coupled training rows that hold two additions with disjoint ID ranges, "
+                        "so far-apart IDs meet in training (not in the paper; see lengthgen.data.packed_training_batch)")
     p.add_argument("--out", required=True, help="run directory (e.g. runs/NAME)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out with its stored config")
     p.add_argument("--force", action="store_true", help="delete an existing run in --out and start afresh")
