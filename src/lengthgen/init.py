@@ -3,6 +3,8 @@
 Hand-set constructions fill the zero parameters themselves; experiments that need a *generic* model
 (e.g. the Proposition 5.2 counterexample search, theorem-5-1-addition.md §5) call
 :func:`init_random_`, which is deterministic for a given seed and independent of torch's global RNG.
+Training (``lengthgen.train``) starts from :func:`init_weights_` (GPT-2 style), optionally with a
+sinusoidal position table (:func:`sinusoidal_table`).
 """
 from __future__ import annotations
 
@@ -76,3 +78,38 @@ def random_transformer(
 
 
 __all__ = ["init_random_", "random_transformer"]
+
+
+def sinusoidal_table(n_positions: int, d_model: int) -> torch.Tensor:
+    """Vaswani et al. 2017 §3.5: row p = (sin(p·ω_i), cos(p·ω_i))_i with ω_i = 10000^(−2i/d).
+
+    Used only as an *initialization* of the learned table (``--pos-init sinusoidal``): a shift of
+    the position ID is then one rotation of each frequency pair, the same for every ID."""
+    pos = torch.arange(n_positions, dtype=torch.float64).unsqueeze(1)
+    omega = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    table = torch.zeros(n_positions, d_model, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(pos * omega)
+    table[:, 1::2] = torch.cos(pos * omega)[:, : d_model // 2]
+    return table.float()
+
+
+def init_weights_(model: nn.Module, seed: int, std: float = 0.02, embed_std: float | None = None) -> nn.Module:
+    """GPT-2 style init: weights N(0, std) (output projections std/√(2·layers)), biases 0, LN 1/0;
+    token and position embeddings N(0, ``embed_std``) (default ``std``).
+
+    Deterministic in ``seed`` (own generator, parameters in ``named_parameters`` order)."""
+    gen = torch.Generator().manual_seed(seed)
+    out_std = std / math.sqrt(2 * model.cfg.n_layers)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            leaf = name.rsplit(".", 1)[-1]
+            if ".ln" in name or name.startswith("ln_final"):
+                p.fill_(1.0 if leaf == "w" else 0.0)
+            elif leaf.startswith("b"):
+                p.zero_()
+            else:
+                s = out_std if leaf in ("W_O", "W_out") else std
+                if leaf in ("W_E", "W_pos") and embed_std is not None:
+                    s = embed_std
+                p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64).to(p.dtype) * s)
+    return model

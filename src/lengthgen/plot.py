@@ -13,14 +13,12 @@ Each figure is written as PNG and PDF (same stem). Existing outputs are never ov
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from .data import DataError, parse_digit_range

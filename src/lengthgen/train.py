@@ -33,8 +33,9 @@ import torch
 import torch.nn.functional as F
 
 from .data import (
-    DataError, SCHEMES, check_digits, packed_training_batch, parse_digit_range, table_size, training_batch,
+    DataError, SCHEMES, packed_training_batch, parse_digit_range, table_size, training_batch,
 )
+from .init import init_weights_, sinusoidal_table
 from .model import Annotations, Transformer, TransformerConfig
 from .cli import run_cli
 from .runs import (
@@ -148,41 +149,6 @@ def build_model(cfg: TrainConfig) -> Transformer:
         with torch.no_grad():
             table = sinusoidal_table(model.cfg.n_ctx, model.cfg.d_model)
             model.pos_embed.W_pos.copy_(table * cfg.embed_std * math.sqrt(2))  # RMS = embed_std
-    return model
-
-
-def sinusoidal_table(n_positions: int, d_model: int) -> torch.Tensor:
-    """Vaswani et al. 2017 §3.5: row p = (sin(p·ω_i), cos(p·ω_i))_i with ω_i = 10000^(−2i/d).
-
-    Used only as an *initialization* of the learned table (``--pos-init sinusoidal``): a shift of
-    the position ID is then one rotation of each frequency pair, the same for every ID."""
-    pos = torch.arange(n_positions, dtype=torch.float64).unsqueeze(1)
-    omega = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
-    table = torch.zeros(n_positions, d_model, dtype=torch.float64)
-    table[:, 0::2] = torch.sin(pos * omega)
-    table[:, 1::2] = torch.cos(pos * omega)[:, : d_model // 2]
-    return table.float()
-
-
-def init_weights_(model: Transformer, seed: int, std: float = 0.02, embed_std: float | None = None) -> Transformer:
-    """GPT-2 style init: weights N(0, std) (output projections std/√(2·layers)), biases 0, LN 1/0;
-    token and position embeddings N(0, ``embed_std``) (default ``std``).
-
-    Deterministic in ``seed`` (own generator, parameters in ``named_parameters`` order)."""
-    gen = torch.Generator().manual_seed(seed)
-    out_std = std / math.sqrt(2 * model.cfg.n_layers)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            leaf = name.rsplit(".", 1)[-1]
-            if ".ln" in name or name.startswith("ln_final"):
-                p.fill_(1.0 if leaf == "w" else 0.0)
-            elif leaf.startswith("b"):
-                p.zero_()
-            else:
-                s = out_std if leaf in ("W_O", "W_out") else std
-                if leaf in ("W_E", "W_pos") and embed_std is not None:
-                    s = embed_std
-                p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64).to(p.dtype) * s)
     return model
 
 
