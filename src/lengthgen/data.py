@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .positions import random_start
 from .tasks import ADDITION
 
 SCHEMES = ("coupled", "ape", "nope", "hard-alibi")
@@ -192,10 +193,16 @@ def training_batch(
     lb = rng.integers(lo, hi + 1, size=batch_size)
     a, b = sample_numbers(rng, la, hi), sample_numbers(rng, lb, hi)
     n = np.maximum(la, lb)
-    start: np.ndarray | int = EVAL_START
-    if scheme == "coupled":
-        start = rng.integers(EVAL_START, (n_ctx - 1) - n + 1)
+    start = random_start(rng, n, n_ctx - 1) if scheme == "coupled" else EVAL_START
     return layout(a, b, n, scheme, start)
+
+
+def check_pack_fits(hi: int, n_ctx: int, gap: int = 2) -> None:
+    """Two ``hi``-digit problems (``hi + 2`` IDs each) ``gap`` IDs apart must fit in IDs ``1 .. n_ctx − 1``."""
+    max_id = n_ctx - 1
+    if 2 * (hi + 2) + gap > max_id:
+        raise DataError(f"--pack needs two {hi}-digit problems {gap} IDs apart in IDs 1..{max_id}: "
+                        f"raise --max-digits to at least {2 * (hi + 2) + gap - 1 - EVAL_START}")
 
 
 def packed_training_batch(
@@ -213,10 +220,8 @@ def packed_training_batch(
     never trained (README, "Honest reading"). Gap ≥ 2 keeps every key of the other problem off the
     IDs ``i`` and ``i − 1`` that a query at ID ``i`` reads. Rows that are not packed are ordinary
     :func:`training_batch` rows."""
+    check_pack_fits(hi, n_ctx, gap)
     max_id = n_ctx - 1
-    if 2 * (hi + 2) + gap > max_id:
-        raise DataError(f"--pack needs two {hi}-digit problems {gap} IDs apart in IDs 1..{max_id}: "
-                        f"raise --max-digits to at least {2 * (hi + 2) + gap - 1 - EVAL_START}")
     probs = []
     for _ in range(2):
         la, lb = rng.integers(lo, hi + 1, size=batch_size), rng.integers(lo, hi + 1, size=batch_size)
@@ -230,27 +235,27 @@ def packed_training_batch(
     first_low = rng.random(batch_size) < 0.5
     low_begin = 1 + o1
     high_begin = low_begin + np.where(first_low, w1, w2) + gap + o2
-    s1 = np.where(packed, np.where(first_low, low_begin, high_begin) + 1, rng.integers(EVAL_START, max_id - n1 + 1))
+    s1 = np.where(packed, np.where(first_low, low_begin, high_begin) + 1, random_start(rng, n1, max_id))
     s2 = np.where(first_low, high_begin, low_begin) + 1
     one = layout(*probs[0], "coupled", s1)
     two = layout(*probs[1], "coupled", s2)
-    len1 = 3 * n1 + 5
-    len2 = np.where(packed, 3 * n2 + 5, 1)  # an unpacked row takes nothing from the second problem
-    T = int((len1 + len2 - 1).max())
-    t = np.arange(T)[None, :]
-    from_one = t < len1[:, None]
-    j = np.clip(t - len1[:, None] + 1, 0, two.tokens.shape[1] - 1)
-    in_two = ~from_one & (t - len1[:, None] + 1 < len2[:, None])
-    i = np.clip(t, 0, one.tokens.shape[1] - 1)
-    pick = lambda x1, x2, fill: np.where(from_one, np.take_along_axis(x1, i, 1),
-                                         np.where(in_two, np.take_along_axis(x2, j, 1), fill))
+    len1 = (3 * n1 + 5)[:, None]
+    len2 = np.where(packed, 3 * n2 + 5, 1)[:, None]  # an unpacked row takes nothing from the second problem
+    t = np.arange(int((len1 + len2 - 1).max()))[None, :]
+    from_one, in_two = t < len1, (t >= len1) & (t - len1 + 1 < len2)
+    i, j = np.clip(t, 0, one.tokens.shape[1] - 1), np.clip(t - len1 + 1, 0, two.tokens.shape[1] - 1)
+
+    def pick(x1: np.ndarray, x2: np.ndarray, fill) -> np.ndarray:
+        """Row-wise: ``x1`` up to its problem's final ``$``, then ``x2`` after its BOS, then ``fill``."""
+        return np.where(from_one, np.take_along_axis(x1, i, 1), np.where(in_two, np.take_along_axis(x2, j, 1), fill))
+
+    def predicted(b: Batch) -> np.ndarray:
+        """Loss mask moved onto the predicted token (``loss_mask[:, t]`` scores token ``t + 1``)."""
+        return np.concatenate([np.zeros((len(b.loss_mask), 1), bool), b.loss_mask], axis=1)
+
     tokens = pick(one.tokens, two.tokens, DOLLAR)
     pos = pick(one.pos_ids, two.pos_ids, 0)
-    ti = t[:, :-1]
-    i_m = np.clip(ti, 0, one.loss_mask.shape[1] - 1)
-    j_m = np.clip(ti - len1[:, None] + 1, 0, two.loss_mask.shape[1] - 1)
-    mask = np.where(ti < len1[:, None] - 1, np.take_along_axis(one.loss_mask, i_m, 1),
-                    (ti - len1[:, None] + 1 < len2[:, None] - 1) & np.take_along_axis(two.loss_mask, j_m, 1))
+    mask = pick(predicted(one), predicted(two), False)[:, 1:]
     return Batch(tokens=tokens, pos_ids=pos, loss_mask=mask, n=np.maximum(n1, np.where(packed, n2, 0)))
 
 

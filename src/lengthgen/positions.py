@@ -40,9 +40,9 @@ def max_coupled_id(n: int, start: int = 2) -> int:
     return start + n
 
 
-def random_start(rng: np.random.Generator, n: int, max_id: int, size: int | None = None) -> np.ndarray | int:
+def random_start(rng: np.random.Generator, n: int | np.ndarray, max_id: int, size: int | None = None) -> np.ndarray | int:
     """Random start offset for training (the authors' "random shift", theorem-5-1-addition.md §1.2):
     uniform over ``2 .. max_id - n`` so every ID of the sequence lies in ``1 .. max_id``."""
-    if max_id - n < 2:
+    if np.any(max_id - np.asarray(n) < 2):
         raise ValueError(f"a position table with largest ID {max_id} cannot hold {n}-digit operands (needs {n + 2})")
     return rng.integers(2, max_id - n + 1, size=size)

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from .data import (
-    DataError, SCHEMES, packed_training_batch, parse_digit_range, table_size, training_batch,
+    DataError, SCHEMES, check_pack_fits, packed_training_batch, parse_digit_range, table_size, training_batch,
 )
 from .init import init_weights_, sinusoidal_table
 from .model import Annotations, Transformer, TransformerConfig
@@ -89,7 +89,6 @@ class TrainConfig:
     val_every: int = 250
     val_samples: int = 200
     keep_best: bool = False  # keep the weights with the lowest validation loss at the longest val length
-    label_smoothing: float = 0.0  # of the training cross-entropy (torch's label_smoothing)
     pack: float = 0.0  # fraction of coupled training rows holding two additions (data.packed_training_batch)
 
     def validate(self) -> None:
@@ -112,14 +111,12 @@ class TrainConfig:
                 raise DataError(f"--val-digits {self.val_digits} exceeds --max-digits {self.max_digits}")
         if self.pos_init not in POS_INITS:
             raise DataError(f"unknown --pos-init {self.pos_init!r}; choose one of {', '.join(POS_INITS)}")
-        if not 0 <= self.label_smoothing < 1:
-            raise DataError("--label-smoothing must be in [0, 1)")
         if not 0 <= self.pack <= 1:
             raise DataError("--pack is a fraction of the training rows: 0 <= pack <= 1")
         if self.pack and self.positions != "coupled":
             raise DataError("--pack needs --positions coupled (two problems get disjoint coupled ID ranges)")
         if self.pack:
-            packed_training_batch(np.random.default_rng(0), 1, lo, hi, table_size(self.positions, self.max_digits), 1.0)
+            check_pack_fits(hi, table_size(self.positions, self.max_digits))
         if self.positions == "hard-alibi" and self.window < 1:
             raise DataError("--window must be at least 1")
 
@@ -169,12 +166,12 @@ def make_optimizer(model: Transformer, cfg: TrainConfig) -> torch.optim.Optimize
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay, eps=1e-8)
 
 
-def masked_loss(model: Transformer, tokens: torch.Tensor, pos: torch.Tensor | None, mask: torch.Tensor,
-                label_smoothing: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def masked_loss(model: Transformer, tokens: torch.Tensor, pos: torch.Tensor | None, mask: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Cross-entropy over the masked next-token predictions; also (token accuracy, exact match)."""
     logits = model(tokens[:, :-1], None if pos is None else pos[:, :-1])
     targets = tokens[:, 1:]
-    loss = F.cross_entropy(logits[mask], targets[mask], label_smoothing=label_smoothing)
+    loss = F.cross_entropy(logits[mask], targets[mask])
     with torch.no_grad():
         right = (logits.argmax(-1) == targets) | ~mask
         tok_acc = ((logits.argmax(-1) == targets) & mask).sum() / mask.sum()
@@ -271,7 +268,7 @@ def train(cfg: TrainConfig, out: Path, *, resume: bool = False, stop_after: int 
                 lr = lr_at(step, cfg)
                 for group in opt.param_groups:
                     group["lr"] = lr * group["lr_scale"]
-                loss, tok_acc, em = masked_loss(model, tokens, pos, mask, cfg.label_smoothing)
+                loss, tok_acc, em = masked_loss(model, tokens, pos, mask)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
@@ -357,8 +354,6 @@ def parser() -> OneLineParser:
     p.add_argument("--keep-best", action="store_true",
                    help="also keep the weights with the lowest validation loss at the longest --val-digits length "
                         "in OUT/best/ (the authors' model selection)")
-    p.add_argument("--label-smoothing", type=float, default=d.label_smoothing,
-                   help="label smoothing of the training loss (0 = none)")
     p.add_argument("--pack", type=float, default=d.pack,
                    help="fraction (0-1) of coupled training rows that hold two additions with disjoint ID ranges, "
                         "so far-apart IDs meet in training (not in the paper; see lengthgen.data.packed_training_batch)")
