@@ -17,8 +17,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "src"), str(REPO)]
 
 from constructions.addition import build_model  # noqa: E402
-from constructions.certify_margins import certify  # noqa: E402
-from constructions.certify_search import smallest_sharpness  # noqa: E402
+from constructions.addition.certify.margins import certify  # noqa: E402
+from constructions.addition.certify.search import smallest_sharpness  # noqa: E402
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from constructions.addition_cli import main
+from constructions.addition.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -43,7 +43,7 @@ def test_operands_from_strings_and_files(tmp_path: Path, capsys: pytest.CaptureF
 
 
 def test_wrong_model_exits_1_and_says_where(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
-    import constructions.addition as addition
+    import constructions.addition.model as addition
 
     original = addition.build_model
 

@@ -1,4 +1,4 @@
-"""``python -m constructions.certify``: help, output, and one-line errors with exit 2."""
+"""``python -m constructions.addition.certify``: help, output, and one-line errors with exit 2."""
 from __future__ import annotations
 
 import os
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from constructions.certify import main
+from constructions.addition.certify.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,7 +35,7 @@ def test_bad_input_is_one_line_and_exit_2(argv, needle, capsys) -> None:
         code = exc.code
     err = capsys.readouterr().err
     assert code == 2
-    assert err.count("\n") == 1 and err.startswith("python -m constructions.certify: error:") and needle in err, err
+    assert err.count("\n") == 1 and err.startswith("python -m constructions.addition.certify: error:") and needle in err, err
 
 
 @pytest.mark.parametrize("sub, needle", [("bound", "--table"), ("margins", "--digits"), ("exact", "--exhaustive"),
@@ -62,7 +62,7 @@ def test_margins_exit_1_on_fail(capsys) -> None:
 
 def test_module_runs_as_a_script() -> None:
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
-    run = subprocess.run([sys.executable, "-m", "constructions.certify", "bound", "--d-model", "512"], cwd=ROOT,
+    run = subprocess.run([sys.executable, "-m", "constructions.addition.certify", "bound", "--d-model", "512"], cwd=ROOT,
                          env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert "2^247 − 2" in run.stdout and "≈ 2.26 × 10^74" in run.stdout

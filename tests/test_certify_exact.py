@@ -5,7 +5,7 @@ import random
 from fractions import Fraction
 
 from constructions.addition import START_ID
-from constructions.certify_exact import ExactModel, check_pairs
+from constructions.addition.certify.exact import ExactModel, check_pairs
 
 D = 23  # P = 3, n_max = 6
 

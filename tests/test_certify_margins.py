@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from constructions.addition import START_ID, build_model
-from constructions.certify_margins import Layout, certify
+from constructions.addition.certify.margins import Layout, certify
 from lengthgen.tasks import ADDITION
 
 FFN_INPUTS = ("PRE_SUM", "PRE_CARRY", "PRE_EOS")

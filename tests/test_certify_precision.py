@@ -5,8 +5,8 @@ import json
 from pathlib import Path
 
 from constructions.addition import add, build_model
-from constructions.precision import (FIGURES, adversarial_pairs, length_grid, measure, staged_exact, table_lines)
-from constructions.precision_figure import draw
+from constructions.addition.certify.precision import (FIGURES, adversarial_pairs, length_grid, measure, staged_exact, table_lines)
+from constructions.addition.certify.precision_figure import draw
 
 
 def test_float64_is_exact_up_to_the_bound_and_certified() -> None:

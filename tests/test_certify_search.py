@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from constructions.addition import START_ID, build_model
-from constructions.certify_margins import certify
-from constructions.certify_search import smallest_sharpness, with_sharpness
+from constructions.addition.certify.margins import certify
+from constructions.addition.certify.search import smallest_sharpness, with_sharpness
 from lengthgen.tasks import ADDITION
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from constructions.nope import main
+from constructions.nope.cli import main
 from lengthgen.init import random_transformer
 from lengthgen.weights import save_model
 

@@ -1,4 +1,4 @@
-"""Proposition 5.2 with symbolic weights (constructions.nope_symbolic): the last-position logits of a
+"""Proposition 5.2 with symbolic weights (constructions.nope.symbolic): the last-position logits of a
 1-layer NoPE transformer are the same expression for a prompt and a permutation with the same last
 token, and not once positions are added or the last token differs. The symbolic model is checked
 against the real lengthgen Transformer with the same numbers, so it is not a model of its own."""
@@ -11,7 +11,7 @@ import pytest
 import sympy as sp
 import torch
 
-from constructions.nope_symbolic import PHI, check_invariance, last_logits, main
+from constructions.nope.symbolic import PHI, check_invariance, last_logits, main
 from lengthgen.model import Transformer, TransformerConfig
 
 

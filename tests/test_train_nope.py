@@ -31,7 +31,7 @@ def test_freshly_trained_nope_model_is_caught(tmp_path):
 
 def test_same_recipe_with_coupled_positions_is_not_caught(tmp_path):
     """Control: the search does not catch everything (a coupled model reads positions)."""
-    from constructions.nope_certificate import coupled_pos_ids
+    from constructions.nope.certificate import coupled_pos_ids
 
     torch.set_num_threads(1)
     cfg = TrainConfig(positions="coupled", d_model=32, d_mlp=64, batch_size=64, train_digits="1-3", max_digits=6,

@@ -1,6 +1,6 @@
 """Shared command-line plumbing: bad input is one line on stderr and exit status 2.
 
-Every CLI of the project (``constructions.addition``, ``constructions.certify``,
+Every CLI of the project (``constructions.addition``, ``constructions.addition.certify``,
 ``constructions.nope``, ``lengthgen.train``, ``lengthgen.evaluate``, ``lengthgen.plot``) builds its
 parser from :class:`ArgumentParser` and raises :class:`UsageError` for bad input; :func:`run_cli`
 turns that into ``PROG: error: <message>`` and exit status 2, never a traceback.

@@ -32,7 +32,7 @@ from .positions import random_start
 from .tasks import ADDITION
 
 SCHEMES = ("coupled", "ape", "nope", "hard-alibi")
-EVAL_START = 2  # the construction's start ID s (constructions/addition.py START_ID)
+EVAL_START = 2  # the construction's start ID s (START_ID of the Theorem 5.1 construction)
 DIGIT, PLUS, EQUALS, DOLLAR = 0, ADDITION.PLUS, ADDITION.EQUALS, ADDITION.EOS
 
 

@@ -189,16 +189,16 @@ def length_command(models: dict[str, str], construction: bool, digits: list[int]
 
 
 def precision_figure(out_dir: Path, log=print) -> str:
-    """``precision.png`` via ``python -m constructions.certify precision`` (another engineer's
+    """``precision.png`` via ``python -m constructions.addition.certify precision`` (another engineer's
     module: it redraws the figure from its cached ``figures/precision.json``) when that exists."""
-    if importlib.util.find_spec("constructions.certify") is None:
-        log("skipped precision.png: constructions.certify does not exist")
-        return "skipped (constructions.certify missing)"
-    cmd = [sys.executable, "-m", "constructions.certify", "precision", "--figure", str(out_dir / "precision.png")]
+    if importlib.util.find_spec("constructions.addition.certify") is None:
+        log("skipped precision.png: constructions.addition.certify does not exist")
+        return "skipped (constructions.addition.certify missing)"
+    cmd = [sys.executable, "-m", "constructions.addition.certify", "precision", "--figure", str(out_dir / "precision.png")]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH")]))}
     res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
     tail = (res.stdout + res.stderr).strip().splitlines()[-1:] or [""]
-    log(f"python -m constructions.certify precision: exit {res.returncode} {tail[0][:200]}")
+    log(f"python -m constructions.addition.certify precision: exit {res.returncode} {tail[0][:200]}")
     return "ok" if res.returncode == 0 else f"failed (exit {res.returncode})"
 
 

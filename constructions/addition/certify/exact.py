@@ -1,6 +1,6 @@
 """Theorem 5.1's construction in exact arithmetic with hard-max attention (issue 3, item 3).
 
-The weights come from :func:`constructions.addition.weight_entries` with ``sqrt=sympy.sqrt`` and
+The weights come from :func:`constructions.addition.model.weight_entries` with ``sqrt=sympy.sqrt`` and
 ``number=sympy.nsimplify`` and a *symbolic* sharpness ``M > 0``: every attention score
 ``x_i W_Q W_K^T x_j`` is then ``M`` times a rational number (sympy simplifies √M·√M = M and
 √(MP)·√(MP) = MP), so the set of maximal-score keys — the hard-max limit of softmax as M → ∞
@@ -21,7 +21,7 @@ import sympy
 from lengthgen.positions import coupled_addition_ids
 from lengthgen.tasks import ADDITION
 
-from .addition import START_ID, position_dims, weight_entries
+from ..model import START_ID, position_dims, weight_entries
 
 Vec = dict[int, Fraction]
 

@@ -42,7 +42,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import torch
 
-from constructions.nope_certificate import (
+from constructions.nope.certificate import (
     DEFAULT_RTOL, EXIT_BAD_INPUT, EXIT_COUNTEREXAMPLE, EXIT_DISTINGUISHED, INVARIANCE, BadInput, Certificate,
     Comparison, Distinguished, ModelMismatchError, Prompt, SearchReport, check_vocabulary, coupled_pos_ids,
     float64_recheck, last_logits, proposition_note, resolve_task,
@@ -308,19 +308,9 @@ def find_counterexample(
     return report.certificate
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m constructions.nope`` (see :mod:`constructions.nope_cli`)."""
-    from constructions.nope_cli import main as cli_main
-
-    return cli_main(argv)
-
-
 __all__ = [
     "BadInput", "Certificate", "Comparison", "DEFAULT_BUDGET", "DEFAULT_RTOL", "DEFAULT_TOKEN_BUDGET",
     "Distinguished", "EXIT_BAD_INPUT", "EXIT_COUNTEREXAMPLE", "EXIT_DISTINGUISHED", "INVARIANCE", "ModelMismatchError",
     "Prompt", "SearchReport", "SearchSpace", "coupled_pos_ids", "find_counterexample", "float64_recheck", "last_logits",
-    "main", "proposition_note", "search",
+    "proposition_note", "search",
 ]
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,4 +1,4 @@
-"""``figures/precision.png``: the precision map of :mod:`constructions.precision` (from its JSON)."""
+"""``figures/precision.png``: the precision map of :mod:`constructions.addition.certify.precision` (from its JSON)."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -10,7 +10,7 @@ proof). Once a position embedding is added, or the last token differs, they are 
 is evaluated at a random rational point, with φ = tanh, to a nonzero number (a witness that the two
 functions differ). Each check takes well under a second.
 
-``python -m constructions.nope_symbolic`` prints the three checks.
+``python -m constructions.nope.symbolic`` prints the three checks.
 """
 from __future__ import annotations
 

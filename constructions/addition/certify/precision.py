@@ -34,9 +34,9 @@ import torch
 
 from lengthgen.tasks import ADDITION
 
-from .addition import START_ID, build_model, max_digits_for
+from ..model import START_ID, build_model, max_digits_for
 
-FIGURES = Path(__file__).resolve().parents[1] / "figures"
+FIGURES = Path(__file__).resolve().parents[3] / "figures"
 DTYPES = ("bfloat16", "float16", "float32", "float64")
 D_MODELS = (23, 27, 31, 35, 41, 45, 101, 201, 512)
 CAP = 4096
@@ -151,7 +151,7 @@ def measure(dtype: str, d_model: int, cap: int = CAP, log=print) -> dict:
 def largest_certified(grid: list[int], d_model: int, dtype: str) -> int:
     """Last grid length before the first one whose margins certificate (with the float term of
     ``dtype``) fails: a *proof* of exactness for every input at those lengths."""
-    from .certify_margins import certify
+    from .margins import certify
 
     best = 0
     for n in grid:

@@ -1,6 +1,6 @@
 """mpmath interval re-derivation of the binding attention bounds (issue 3, item 2).
 
-:func:`constructions.certify_margins.certify` scans all N + 2 answer positions with vectorized
+:func:`constructions.addition.certify.margins.certify` scans all N + 2 answer positions with vectorized
 float64 arithmetic. For the worst position of every class and head, this module recomputes the
 leak and spread bounds from the weights in ``mpmath.iv`` interval arithmetic (200-bit endpoints,
 outward rounding): the query vector α, the exact value sets ``K_e`` of the position keys (one
@@ -20,7 +20,7 @@ from mpmath import iv
 
 from lengthgen.tasks import ADDITION
 
-from .certify_ffn import ROLE_A, ROLE_B, ROLE_C, ROLE_EQ, ROLE_PLUS
+from .ffn import ROLE_A, ROLE_B, ROLE_C, ROLE_EQ, ROLE_PLUS
 
 PREC = 200
 DIGITS = [ADDITION.vocabulary[str(k)] for k in range(10)]

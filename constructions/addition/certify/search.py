@@ -2,7 +2,7 @@
 
 Only the query and key maps depend on M (design note §3.4–3.5: √M·POS and √(MP)·sink), so the
 model for another M is the given one with W_Q and W_K rebuilt by
-:func:`constructions.addition.weight_entries` — the same numbers ``build_model(..., M=M')`` would
+:func:`constructions.addition.model.weight_entries` — the same numbers ``build_model(..., M=M')`` would
 hold (``tests/test_certify_search.py`` checks this). Bisection assumes the certificate is monotone
 in M between the bracket ends (true for the leak, which falls like e^{−2M}; the float term grows
 with M·P, so at very large M it is not); the returned M is one that was *certified*, not
@@ -18,8 +18,8 @@ import torch
 
 from lengthgen.model import Transformer
 
-from .addition import START_ID, weight_entries
-from .certify_margins import Certificate, certify
+from ..model import START_ID, weight_entries
+from .margins import Certificate, certify
 
 
 def with_sharpness(model: Transformer, M: float) -> Transformer:

@@ -1,6 +1,6 @@
 """Floating-point term of the Theorem 5.1 certificate (issue 3, item 4; design note §9).
 
-The margins certificate (:mod:`constructions.certify_margins`) proves that the *real-arithmetic*
+The margins certificate (:mod:`constructions.addition.certify.margins`) proves that the *real-arithmetic*
 function defined by the weights the model holds adds correctly. This module bounds how far the
 model's forward pass in a floating-point format can deviate from that function, so that "PASS in
 float32 at N" is a statement about the float32 model, not about an idealisation.
@@ -150,7 +150,7 @@ def score_bounds(q: Projection, k: Projection, scale: float, u: float, n_keys: i
 
 def attention_float_terms(W, dtype: str, n_keys: int, k_max: int) -> FloatTerms:
     """Bound every float error of the forward pass for the weights ``W`` (a
-    :class:`~constructions.certify_margins.Weights`) in ``dtype``.
+    :class:`~constructions.addition.certify.margins.Weights`) in ``dtype``.
 
     ``k_max``: largest intended key set S; ``n_keys``: sequence length.
     Output errors are per residual coordinate; ``resid_tail_coef`` multiplies the leak λ."""

@@ -321,17 +321,8 @@ def _answer_to_int(tokens: list[int]) -> int:
     return int(digits_to_str(np.array(tokens[::-1], dtype=np.uint8)))
 
 
-def main(argv: list[str] | None = None) -> int:
-    from .addition_cli import main as cli_main
-
-    return cli_main(argv)
-
-
 __all__ = [
-    "CapacityError", "add", "add_many", "build_model", "d_model_for", "hypercube_code", "hypercube_codes",
-    "position_table", "max_digits_for",
-    "position_dims", "required_sharpness", "weight_entries", "coupled_addition_ids", "digits_of",
+    "CapacityError", "HEAD_NAMES", "START_ID", "add", "add_many", "build_model", "check_operands", "d_model_for",
+    "hypercube_code", "hypercube_codes", "max_digits_for", "position_dims", "position_table", "required_sharpness",
+    "residual_basis", "weight_entries",
 ]
-
-if __name__ == "__main__":
-    raise SystemExit(main())

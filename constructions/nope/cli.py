@@ -21,7 +21,7 @@ import torch
 
 from lengthgen.cli import ArgumentParser, UsageError, fail
 
-from constructions.nope_certificate import (
+from constructions.nope.certificate import (
     DEFAULT_RTOL, EXIT_BAD_INPUT, EXIT_COUNTEREXAMPLE, EXIT_DISTINGUISHED, INVARIANCE, BadInput, Comparison,
     SearchReport, coupled_pos_ids, resolve_task,
 )
@@ -203,7 +203,7 @@ def render(report: SearchReport, what: str, verified: bool | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from constructions.nope import search
+    from constructions.nope.search import search
 
     task = resolve_task(args.task)
     if args.budget is not None and args.budget < 2:
@@ -235,7 +235,3 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # never a traceback
         print(f"internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

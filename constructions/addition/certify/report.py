@@ -1,10 +1,10 @@
-"""Text report of the margins certificate (``python -m constructions.certify margins``)."""
+"""Text report of the margins certificate (``python -m constructions.addition.certify margins``)."""
 from __future__ import annotations
 
 import math
 
-from .certify_margins import Certificate
-from .certify_search import SharpnessSearch
+from .margins import Certificate
+from .search import SharpnessSearch
 
 
 def _fmt(x: float) -> str:

@@ -205,7 +205,7 @@ class Certificate(Comparison):
 
 @dataclass
 class SearchReport:
-    """What :func:`constructions.nope.search` did and found."""
+    """What :func:`constructions.nope.search.search` did and found."""
 
     task: str
     n_digits: int

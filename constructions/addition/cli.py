@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> dict:
     from lengthgen.decode import greedy_generate, teacher_forced_argmax
     from lengthgen.tasks import ADDITION
 
-    from .addition import CapacityError, START_ID, build_model
+    from .model import CapacityError, START_ID, build_model
 
     if args.dtype not in ("float32", "float64"):
         raise UsageError(f"unknown --dtype {args.dtype!r}; choose float32 or float64")
@@ -206,7 +206,3 @@ def _main(argv: list[str] | None) -> int:
         if not result["correct"]:
             print("answer positions count from c_0 (the ones digit); the last position is the final '$'")
     return 0 if result["correct"] else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -19,12 +19,12 @@ model holds (``W_E, W_pos, W_Q, W_K, b_Q, b_K, W_V, W_O, W_in, W_out, W_U`` and 
    ``TV ≤ λ + (e^η − 1)/4`` of uniform on S (the two-level extreme point of the simplex).
 3. **Values.** Each head's output moves by at most ``TV·range`` per residual coordinate, the range
    of its ``(y W_V + b_V + W_pos[q] W_V) W_O`` over all tokens and IDs: the PRE_SUM, PRE_CARRY and
-   PRE_EOS bounds. The float term (:mod:`constructions.certify_float`) is added for the dtype.
+   PRE_EOS bounds. The float term (:mod:`constructions.addition.certify.rounding`) is added for the dtype.
 4. **FFN.** Query positions are grouped into classes with the same S pattern relative to the
    query; for each class every *local configuration* (the digits S reads, the query's digit and a
    carry bit — up to 20 000 cases) is evaluated at the hard-max limit, and the FFN is checked to be
    ReLU-stable and to keep the right argmax within the bound box
-   (:mod:`constructions.certify_ffn`).
+   (:mod:`constructions.addition.certify.ffn`).
 
 Every input of length N maps each answer position to one class and one configuration, so PASS is
 a statement about all 10^{2N} inputs. Position IDs start at s = ``START_ID`` (the theorem's s = 2).
@@ -42,11 +42,11 @@ from lengthgen.model import Transformer
 from lengthgen.positions import coupled_addition_ids
 from lengthgen.tasks import ADDITION
 
-from .addition import START_ID, position_dims
-from .certify_ffn import (ROLE_A, ROLE_B, ROLE_BOS, ROLE_C, ROLE_EQ, ROLE_PLUS, ClassSpec, LocalityError, ffn_check,
+from ..model import START_ID, position_dims
+from .ffn import (ROLE_A, ROLE_B, ROLE_BOS, ROLE_C, ROLE_EQ, ROLE_PLUS, ClassSpec, LocalityError, ffn_check,
                           ffn_tables)
-from .certify_float import FloatTerms, attention_float_terms, zero_terms
-from .certify_interval import interval_check
+from .rounding import FloatTerms, attention_float_terms, zero_terms
+from .interval import interval_check
 
 DIGITS = [ADDITION.vocabulary[str(k)] for k in range(10)]
 BOS, PLUS, EQ = ADDITION.BOS, ADDITION.PLUS, ADDITION.EQUALS
@@ -277,7 +277,7 @@ def certify(model: Transformer, n: int, dtype: str | None = None, start: int = S
     ``dtype``: the arithmetic to certify — the model's own dtype by default, or "real" for exact
     real arithmetic (no float term). ``cache`` (a dict) keeps the M-independent FFN tables between
     calls on models that differ only in W_Q/W_K (the smallest-M search). ``interval`` re-derives the
-    binding bounds in mpmath intervals (:mod:`constructions.certify_interval`)."""
+    binding bounds in mpmath intervals (:mod:`constructions.addition.certify.interval`)."""
     W = Weights.from_model(model)
     dtype = dtype or W.dtype
     if start + n >= model.cfg.n_ctx:

@@ -1,0 +1,4 @@
+"""``python -m constructions.addition``: see :mod:`constructions.addition.cli`."""
+from .cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,109 @@
+"""Theorem 5.1's length bound n_max(d) = 2^⌊(d−17)/2⌋ − 2, derived from the construction's own
+layout rather than restated: the token dimensions and position blocks are read from
+:func:`~constructions.addition.model.residual_basis`, the code alphabet from
+:func:`~constructions.addition.model.hypercube_code`, and the number of position IDs an n-digit
+addition uses from :func:`lengthgen.positions.coupled_addition_ids` (docs/theorem-5-1.md, "Capacity").
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from decimal import ROUND_HALF_EVEN, Decimal
+
+from lengthgen.positions import coupled_addition_ids
+
+from ..model import START_ID, hypercube_code, residual_basis
+
+sys.set_int_max_str_digits(0)
+POSITION_BLOCKS = ("POS_1", "POS_2")
+
+
+@dataclass(frozen=True)
+class BoundDerivation:
+    """Theorem 5.1's length bound for width d, with every ingredient read from the construction."""
+
+    d_model: int
+    token_dims: int
+    token_blocks: tuple[str, ...]
+    P: int
+    unused: int
+    alphabet: tuple[int, ...]
+    n_codes: int
+    ids_slope: int
+    ids_offset: int
+
+    @property
+    def n_max(self) -> int:
+        """Largest n with ids_slope·n + ids_offset ≤ n_codes: every ID the format uses needs its own code."""
+        return (self.n_codes - self.ids_offset) // self.ids_slope
+
+
+def derive_bound(d_model: int) -> BoundDerivation:
+    """n_max(d) from the layout (§2): residual_basis gives the 17 token dimensions and P position
+    dimensions per block; hypercube_code's coordinates take |alphabet| = 2 values on non-zero IDs
+    (ID 0 = ``$`` is the zero vector), so there are 2^P distinct codes (bit i of p − 1 sets
+    coordinate i, every sign pattern occurs once in p = 1 … 2^P); coupled_addition_ids shows an
+    n-digit addition uses n + 2 distinct non-zero IDs (s − 1 … s + n). Raises CapacityError for
+    d < 21."""
+    basis = residual_basis(d_model)
+    P = len(basis.block("POS_1"))
+    if len(basis.block("POS_2")) != P:
+        raise AssertionError("POS_1 and POS_2 differ in size")
+    token_blocks = tuple(b for b in basis.block_names if b not in POSITION_BLOCKS + ("UNUSED",))
+    token_dims = sum(len(basis.block(b)) for b in token_blocks)
+    unused = len(basis.block("UNUSED")) if "UNUSED" in basis.block_names else 0
+    probe = range(1, 2 ** min(P, 4) + 1)
+    alphabet = tuple(sorted({c for p in probe for c in hypercube_code(p, P)}))
+    if 0 in alphabet or any(hypercube_code(0, P)):
+        raise AssertionError("non-zero IDs must get non-zero codes and ID 0 the zero vector")
+    used = [len(set(coupled_addition_ids(n, START_ID).tolist()) - {0}) for n in (1, 2, 3)]
+    slope, offset = used[1] - used[0], used[0] - (used[1] - used[0])
+    if used[2] != 3 * slope + offset or slope <= 0:
+        raise AssertionError(f"the number of IDs is not affine in n: {used}")
+    return BoundDerivation(d_model, token_dims, token_blocks, P, unused, alphabet, len(alphabet) ** P, slope, offset)
+
+
+def n_max(d_model: int) -> int:
+    return derive_bound(d_model).n_max
+
+
+def scientific(value: int, digits: int = 3) -> str:
+    """``2.26 × 10^74`` (``digits`` significant digits, round half to even)."""
+    text = str(value)
+    if len(text) <= digits:
+        return text
+    exp = len(text) - 1
+    mant = (Decimal(text[: digits + 2]) / Decimal(10) ** (digits + 1)).quantize(
+        Decimal(1).scaleb(-(digits - 1)), rounding=ROUND_HALF_EVEN)
+    if mant >= 10:
+        mant, exp = mant / 10, exp + 1
+    return f"{mant} × 10^{exp}"
+
+
+def bound_lines(d_model: int) -> list[str]:
+    b = derive_bound(d_model)
+    value = b.n_max
+    blocks = ", ".join(f"{name}×{len(residual_basis(d_model).block(name))}" if len(residual_basis(d_model).block(name)) > 1
+                       else name for name in b.token_blocks)
+    spare = f" + {b.unused} unused" if b.unused else ""
+    const = b.n_codes - value
+    return [
+        f"d_model = {d_model}: {b.token_dims} token dimensions ({blocks}) + 2·P position dimensions{spare}",
+        f"  P = ⌊({d_model} − {b.token_dims})/2⌋ = {b.P} dimensions per position block (POS_1, POS_2)",
+        f"  hypercube codes: coordinates take the values {{{', '.join(f'{v:+d}' for v in b.alphabet)}}} on non-zero IDs -> "
+        f"{len(b.alphabet)}^{b.P} = {scientific(b.n_codes) if b.n_codes > 10**6 else b.n_codes} distinct codes "
+        "(ID 0 = '$' keeps the zero vector)",
+        f"  an n-digit addition uses {'' if b.ids_slope == 1 else f'{b.ids_slope}·'}n + {b.ids_offset} distinct non-zero IDs "
+        f"(s−1 … s+n, read from coupled_addition_ids)",
+        f"n_max({d_model}) = 2^{b.P} − {const} = {value}",
+        f"             ≈ {scientific(value)}",
+    ]
+
+
+def table_lines(d_min: int = 21, d_max: int = 1024) -> list[str]:
+    lines = [f"{'d':>5} {'P':>4}  n_max(d) = 2^P − 2"]
+    for d in range(d_min, d_max + 1):
+        b = derive_bound(d)
+        v = b.n_max
+        lines.append(f"{d:>5} {b.P:>4}  {v if v < 10**15 else '≈ ' + scientific(v)}")
+    return lines
