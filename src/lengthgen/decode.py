@@ -14,6 +14,23 @@ import torch
 
 from .model import KVCache, Transformer
 
+DECISION_MARGIN = 1e-3
+"""Default margin of the one rule for "exact" used everywhere in the project: a prediction counts
+only if the chosen logit exceeds every other logit by more than this (ties and near-ties fail)."""
+UNDECIDED = -1
+
+
+def decided_argmax(logits: torch.Tensor, margin: float = DECISION_MARGIN) -> torch.Tensor:
+    """Argmax over the last dimension, or :data:`UNDECIDED` where the top logit does not beat the
+    runner-up by more than ``margin``. A tie-breaking argmax is kernel-dependent (which of two equal
+    logits wins is not specified), so a prediction without a margin is never counted as right."""
+    if logits.shape[-1] < 2:
+        return logits.argmax(dim=-1)
+    top2 = logits.topk(2, dim=-1).values
+    winner = logits.argmax(dim=-1)
+    gap = (top2[..., 0] - top2[..., 1]).to(torch.float64)
+    return torch.where(gap > margin, winner, torch.full_like(winner, UNDECIDED))
+
 
 def _as_tensor(x: Sequence[int] | torch.Tensor | None, device: torch.device) -> torch.Tensor | None:
     """A sequence as a ``[1, T]`` long tensor on ``device``."""
