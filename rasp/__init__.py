@@ -14,15 +14,17 @@ from rasp.compiler import TuringProgram, compile_turing_machine
 from rasp.core import (Aggregate, Comparison, Encoding, Full, Map, Select, SelectorAnd,
                        SelectorNot, SelectorOr, SelectorWidth, SequenceMap, SOp, Selector,
                        categorical, indices, length, numerical, tokens)
-from rasp.errors import (AmbiguousAggregateError, AmbiguousLookupError, MachineInputError,
-                         MachineSpecError, RASPError, RASPSizeError, RASPTypeError,
-                         StepBudgetExceeded)
+from rasp.errors import (AmbiguousAggregateError, AmbiguousLookupError, ConstantLengthError,
+                         MachineInputError, MachineSpecError, RASPError, RASPSizeError,
+                         RASPTypeError, StepBudgetExceeded)
 from rasp.evaluate import Evaluation, IncrementalEvaluator, evaluate
 from rasp.machines import TuringMachine, Vocab, build_trace, min_ngram, simulate
+from rasp.tracr_ops import ConstantSelector, ConstantSOp, LinearSequenceMap
 
 __all__ = [
-    "Aggregate", "AmbiguousAggregateError", "AmbiguousLookupError", "Comparison", "Encoding",
-    "Evaluation", "Full", "IncrementalEvaluator", "MachineInputError", "MachineSpecError", "Map",
+    "Aggregate", "AmbiguousAggregateError", "AmbiguousLookupError", "Comparison",
+    "ConstantLengthError", "ConstantSOp", "ConstantSelector", "Encoding", "Evaluation", "Full",
+    "IncrementalEvaluator", "LinearSequenceMap", "MachineInputError", "MachineSpecError", "Map",
     "ProgramStats", "RASPError", "RASPSizeError", "RASPTypeError", "SOp", "Select", "Selector",
     "SelectorAnd", "SelectorNot", "SelectorOr", "SelectorWidth", "SequenceMap",
     "StepBudgetExceeded", "TuringMachine", "TuringProgram", "Vocab", "analyse", "build_trace",

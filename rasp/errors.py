@@ -31,6 +31,11 @@ class RASPEvaluationError(RASPError):
     """A user function inside a Map / SequenceMap / predicate raised."""
 
 
+class ConstantLengthError(RASPError, ValueError):
+    """A ConstantSOp / ConstantSelector does not cover the input's length
+    (tracr raises ValueError for the same mismatch)."""
+
+
 class MachineSpecError(RASPError, ValueError):
     """A Turing-machine specification is malformed or incomplete
     (unknown state or symbol, duplicate or missing transition)."""

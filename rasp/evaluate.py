@@ -23,6 +23,7 @@ from rasp.core import (Aggregate, Full, IndicesType, LengthType, Map, RASPExpr, 
                        SelectorWidth, SequenceMap, SOp, TokensType, walk)
 from rasp.errors import RASPError, RASPEvaluationError, RASPSizeError, RASPTypeError
 from rasp.kernels import AttentionKernel, Columns, dense_row
+from rasp.tracr_ops import ConstantSOp, check_constant_length, constant_selectors
 
 DEFAULT_MAX_DENSE = 2048
 MAX_SHOW = 64
@@ -86,6 +87,8 @@ def _batch_column(op: SOp, cols: Columns, toks: list, n: int, causal: bool, fast
         return list(range(1, n + 1)) if causal else [n] * n
     if isinstance(op, Full):
         return [op.fill] * n
+    if isinstance(op, ConstantSOp):
+        return op.column(n, causal)
     if isinstance(op, Map):
         return list(map(op.f, cols[op.inner.uid]))
     if isinstance(op, SequenceMap):
@@ -128,6 +131,8 @@ class IncrementalEvaluator:
         if isinstance(op, Full):
             fill = op.fill
             return lambda p: append(fill)
+        if isinstance(op, ConstantSOp):
+            return lambda p: append(op.column(p + 1, True)[p])
         if isinstance(op, Map):
             f, src = op.f, self.cols[op.inner.uid]
             return lambda p: append(f(src[p]))
@@ -224,6 +229,8 @@ class Evaluation:
         if self.n > MAX_SHOW:
             raise RASPSizeError(f"selector {sel.label!r}: {self.n} tokens is too long to show "
                                 f"(limit {MAX_SHOW})")
+        for const in constant_selectors(sel):
+            check_constant_length(const, len(const.value), self.n, self.causal)
         mat = np.zeros((self.n, self.n), dtype=bool)
         for p in range(self.n):
             hi = p if self.causal else self.n - 1
@@ -234,8 +241,9 @@ class Evaluation:
         """The selector as text: one row per query, '1' where a key is selected."""
         sel = self._sched.labels[name] if isinstance(name, str) else name
         mat = self.selector(sel)
-        qs = self._cols[sel.queries.uid] if hasattr(sel, "queries") else list(range(self.n))
-        ks = self._cols[sel.keys.uid] if hasattr(sel, "keys") else list(range(self.n))
+        has_sops = getattr(sel, "queries", None) is not None
+        qs = self._cols[sel.queries.uid] if has_sops else list(range(self.n))
+        ks = self._cols[sel.keys.uid] if has_sops else list(range(self.n))
         width = max([len(repr(v)) for v in qs] + [1])
         lines = [f"{sel.label}: rows are queries, columns are keys",
                  " " * (width + 3) + " ".join(repr(k) for k in ks)]

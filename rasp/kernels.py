@@ -30,6 +30,7 @@ import numpy as np
 from rasp.core import (Aggregate, Comparison, Encoding, Select, Selector, SelectorAnd,
                        SelectorNot, SelectorOr, SelectorWidth, SOp)
 from rasp.errors import AmbiguousAggregateError, RASPSizeError, RASPTypeError
+from rasp.tracr_ops import ConstantSelector, check_constant_length, constant_selectors
 
 Columns = dict[int, list]
 
@@ -181,6 +182,9 @@ def classify(selector: Selector) -> tuple[str, list[Select], list[tuple[SOp, int
     bounds: list[tuple[SOp, int]] = []
     empty = False
     for atom in conjuncts(selector):
+        if isinstance(atom, ConstantSelector) and atom.uniform is not None:
+            empty = empty or not atom.uniform
+            continue
         if not isinstance(atom, Select):
             return "dense", [], []
         pred, off = atom.predicate, atom.keys.index_offset
@@ -279,6 +283,8 @@ class AttentionKernel:
 
     def batch(self, n: int) -> list:
         self.check_size(n)
+        for const in constant_selectors(self.selector):
+            check_constant_length(const, len(const.value), n, self.causal)
         out: list = []
         direct = self._direct_fn(out.append, n)
         if direct is not None:
@@ -394,6 +400,8 @@ def dense_row(selector: Selector, cols: Columns, p: int, hi: int) -> np.ndarray:
         except TypeError as exc:
             raise RASPTypeError(f"selector {selector.label!r}: predicate {pred!r} failed on "
                                 f"query {q!r} (position {p}): {exc}") from None
+    if isinstance(selector, ConstantSelector):
+        return np.array(selector.row(p, width), dtype=bool)
     if isinstance(selector, SelectorAnd):
         return dense_row(selector.fst, cols, p, hi) & dense_row(selector.snd, cols, p, hi)
     if isinstance(selector, SelectorOr):
