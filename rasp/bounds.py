@@ -37,6 +37,8 @@ def index_upper_bound(q: Any, offset: int, strict: bool, selector_label: str) ->
     index does. A query that cannot be ordered against an integer is a RASPTypeError,
     as in the dense path.
     """
+    if type(q) is int:                                # the common case, kept cheap
+        return q - strict - offset
     try:
         top = math.floor(q)
     except OverflowError:                             # +-inf
