@@ -188,7 +188,10 @@ class Run:
 
 
 def simulate(tm: TuringMachine, tape: Sequence[str], max_steps: int) -> Run:
-    """Run ``tm`` in memory (§A.1.3): a move off either end leaves the head in place.
+    """Run ``tm`` on a bounded tape: a move off either end leaves the head in place.
+
+    The tape is exactly the input's cells (docs/rasp.md, "Turing machines"): no blank
+    cells are added, so a machine that stops on reading the blank needs one in its input.
 
     Stops at the first configuration whose state is halting; that configuration may
     be c_{max_steps} itself (the step-budget edge case of §A.2.7). Raises
@@ -212,9 +215,24 @@ def simulate(tm: TuringMachine, tape: Sequence[str], max_steps: int) -> Run:
             head += move
         configs.append(Config(tuple(cells), head, state))
     if state not in halting:
-        raise StepBudgetExceeded(f"machine {tm.name!r} did not halt within {max_steps} steps "
-                                 f"(state {state!r} after step {max_steps}); raise --max-steps")
+        raise StepBudgetExceeded(_budget_message(tm, tape, max_steps, state))
     return Run(tm, tuple(configs))
+
+
+def _budget_message(tm: TuringMachine, tape: Sequence[str], max_steps: int, state: str) -> str:
+    """The one-line StepBudgetExceeded message, with the bounded-tape hint when it applies:
+    a machine that halts on reading the blank, run on an input without a blank cell,
+    never sees one (no cell exists beyond the input) and usually loops at the end."""
+    msg = f"machine {tm.name!r} did not halt within {max_steps} steps (state {state!r} after step {max_steps})"
+    halts_on_blank = any(s == tm.blank and q2 in tm.halt for _, s, q2, _, _ in tm.transitions)
+    if halts_on_blank and tm.blank not in tape:
+        padded = list(tape) + [tm.blank]
+        shown = ("" if len(padded) > 40 else
+                 ", e.g. " + repr(("" if all(len(c) == 1 for c in padded) else " ").join(padded)))
+        msg += (f"; it halts on reading the blank {tm.blank!r}, but the input has no blank cell and "
+                "the tape is bounded (no cell exists beyond the input; a move off either end leaves "
+                f"the head in place): end the input with a blank{shown}")
+    return msg + "; otherwise raise --max-steps"
 
 
 # ------------------------------------------------------------------------ tokens

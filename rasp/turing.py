@@ -37,6 +37,14 @@ machines:
                     with transitions [[state, read, next_state, write, "L"|"R"], ...];
                     input: one character per cell, or symbols separated by spaces
 
+tape:
+  bounded: the tape is exactly the input's cells, nothing is added on either side;
+  a move off either end leaves the head in place (the write and the state change
+  still happen). A machine that halts on reading the blank therefore needs a blank
+  cell in its input (parity: "1011_", not "1011"); without one it usually loops at
+  the end of the tape until --max-steps runs out. The head starts on the spec's
+  "head" cell (negative counts from the right). See docs/rasp.md, "Turing machines".
+
 exit status: 0 traces match, 1 they differ (or the lookup became ambiguous),
              2 bad input (one "error: ..." line on stderr, nothing on stdout)
 examples:
@@ -60,7 +68,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="n-gram order of the lookup (default: the smallest n for which no "
                         "configuration of the simulated trace repeats an n-gram)")
     p.add_argument("--max-steps", type=int, default=10_000, metavar="S",
-                   help="step budget of the simulator; not halting within it is an error (default 10000)")
+                   help="step budget of the simulator; not halting within it is an error "
+                        "(default 10000; see 'tape' below)")
     p.add_argument("--mode", choices=("teacher", "greedy"), default="greedy",
                    help="teacher: causal evaluation on the reference trace; greedy: autoregressive "
                         "decoding from BOS c_0 SEP (default)")

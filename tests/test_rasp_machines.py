@@ -105,6 +105,26 @@ def test_halting_exactly_at_the_step_budget():
         simulate(machine(), list("001"), max_steps=3)
 
 
+def test_step_budget_message_hints_at_the_blank_only_when_it_applies():
+    stop_on_blank = machine(blank="_", alphabet=["0", "1", "_"],
+                            transitions=[["a", "0", "a", "0", "R"], ["a", "1", "a", "1", "R"],
+                                         ["a", "_", "H", "_", "R"]])
+    with pytest.raises(StepBudgetExceeded, match=r"no blank cell .* e\.g\. '011_'; otherwise"):
+        simulate(stop_on_blank, list("011"), 20)
+    assert simulate(stop_on_blank, list("011_"), 20).final.state == "H"
+    multi = TuringMachine(states=("a", "H"), start="a", halt=("H",), alphabet=("x1", "b0"),
+                          blank="b0", transitions=[["a", "x1", "a", "x1", "R"], ["a", "b0", "H", "b0", "R"]])
+    with pytest.raises(StepBudgetExceeded, match="e.g. 'x1 x1 b0'"):
+        simulate(multi, ["x1", "x1"], 5)
+    # no hint for a machine that never halts on the blank, nor for an input holding a blank
+    loop = machine(transitions=[["a", "0", "a", "0", "R"], ["a", "1", "a", "1", "L"]])
+    from_the_right = TuringMachine.from_dict({**stop_on_blank.to_dict(), "head": -1})
+    for tm, tape in ((loop, "01"), (from_the_right, "_11")):
+        with pytest.raises(StepBudgetExceeded, match="within 8 steps") as exc:
+            simulate(tm, list(tape), 8)
+        assert "blank" not in str(exc.value) and str(exc.value).endswith("raise --max-steps")
+
+
 def test_trace_format_and_vocab():
     tm = machine()
     v = Vocab.for_machine(tm)
