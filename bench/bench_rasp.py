@@ -1,8 +1,7 @@
 """Benchmark: greedy (autoregressive) decoding of program P on ~10^5-token Turing Programs.
 
-Issue 5 scale target: a 10^5-token trace in greedy mode in under a minute on the
-2-core CPU machine (turing-programs-rasp.md §B.4.5: incremental decoding costs
-O(T * ops)). Prints tokens/s for greedy and teacher-forced runs and checks the
+Scale target: a 10^5-token trace in greedy mode in under a minute on a 2-core CPU
+machine (incremental decoding costs O(T * ops); docs/rasp.md). Prints tokens/s for greedy and teacher-forced runs and checks the
 traces against the reference simulator.
 
     .venv/bin/python bench/bench_rasp.py [--tokens 100000] [--seed 0]

@@ -1,12 +1,12 @@
 """Attention kernels of the evaluator: selector plans and reducers.
 
-turing-programs-rasp.md §B.4.5 (performance). A selector is classified once:
+docs/rasp.md, "Fast paths, and why they are exact". A selector is classified once:
 
 * **direct**: a conjunction containing ``Select(indices + a, q, EQ)``: the only
   candidate key of row p is ``j = q[p] - a`` (shifts, ``index_select``); O(1) per row.
 * **hash**: a conjunction of EQ selects, ``TRUE``, and upper bounds on the key
-  index (``Select(indices + a, b, LEQ | LT)``, e.g. the guard of program P,
-  §A.2.2 detail 3). Keys are grouped by value in append order; with causal
+  index (``Select(indices + a, b, LEQ | LT)``, e.g. the guard of program P;
+  exact for any real bound, see :mod:`rasp.bounds`). Keys are grouped by value in append order; with causal
   masking and upper bounds every row selects a *prefix* of its group, so prefix
   statistics (count, running max/min/sum, first differing value) answer each row
   in O(log n) without ever building an n x n matrix.
@@ -144,7 +144,7 @@ class _CategoricalMeanReducer(Reducer):
 
 
 def make_reducer(op: SOp) -> Reducer:
-    """The reducer implementing ``op``'s semantics (§B.3 evaluator semantics, §B.4.1)."""
+    """The reducer implementing ``op``'s semantics (the Aggregate table of docs/rasp.md)."""
     if isinstance(op, SelectorWidth):
         return Reducer(op)
     assert isinstance(op, Aggregate)
@@ -384,7 +384,7 @@ def _numeric_array(values: list) -> np.ndarray | None:
 
 
 def dense_row(selector: Selector, cols: Columns, p: int, hi: int) -> np.ndarray:
-    """Row ``p`` of ``selector`` over keys ``0..hi`` as a boolean vector (Weiss semantics, §B.1)."""
+    """Row ``p`` of ``selector`` over keys ``0..hi`` as a boolean vector (Weiss' semantics)."""
     width = hi + 1
     if isinstance(selector, Select):
         pred = selector.predicate

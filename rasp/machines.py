@@ -1,13 +1,13 @@
 """Turing machines: spec (dataclass + JSON), reference simulator, Turing-Program traces.
 
-turing-programs-rasp.md §A.1.3 [R, reconstructed] (trace format, in-memory
-boundary rule, integer coding), §A.2.1 and §A.2.6 (the n-gram premise and its
-checker, the optional read-only address track).
+Tape conventions: docs/rasp.md, "Turing machines" (bounded tape, boundary rule,
+halting). The trace format, the n-gram premise and the optional read-only address
+track follow our reconstruction of Hou et al., arXiv 2407.03310.
 
 The simulator is plain Python on symbol strings and is the oracle of every test;
 it shares no code with the compiled RASP program (:mod:`rasp.compiler`).
 
-JSON format (issue 5)::
+JSON format (example: rasp/specs/parity.json)::
 
     {"states": [...], "start": "q0", "halt": ["qh"], "alphabet": [...], "blank": "_",
      "head": 0, "transitions": [[state, read, next_state, write, "L"|"R"], ...]}
@@ -30,7 +30,7 @@ _FIELDS = ("states", "start", "halt", "alphabet", "blank", "head", "transitions"
 
 @dataclass(frozen=True)
 class TuringMachine:
-    """A single-tape machine ``T = (Q, Sigma, delta, q0, H)`` (§A.1.3), validated on creation."""
+    """A single-tape machine ``T = (Q, Sigma, delta, q0, H)``, validated on creation."""
 
     states: tuple[str, ...]
     start: str
@@ -194,7 +194,7 @@ def simulate(tm: TuringMachine, tape: Sequence[str], max_steps: int) -> Run:
     cells are added, so a machine that stops on reading the blank needs one in its input.
 
     Stops at the first configuration whose state is halting; that configuration may
-    be c_{max_steps} itself (the step-budget edge case of §A.2.7). Raises
+    be c_{max_steps} itself (the step-budget edge case). Raises
     :class:`StepBudgetExceeded` otherwise, :class:`MachineSpecError` when a reached
     (state, symbol) pair has no transition.
     """
@@ -240,9 +240,9 @@ def _budget_message(tm: TuringMachine, tape: Sequence[str], max_steps: int, stat
 
 @dataclass(frozen=True)
 class Vocab:
-    """Integer coding of §A.1.3: plain ``s`` -> s, head ``<s,q>`` -> |S| + q|S| + s, specials last.
+    """Integer coding: plain ``s`` -> s, head ``<s,q>`` -> |S| + q|S| + s, specials last.
 
-    With an address track of ``tag_letters`` > 1 letters (§A.2.6), cell ids are offset
+    With an address track of ``tag_letters`` > 1 letters, cell ids are offset
     by ``tag * |S|(|Q|+1)``.
     """
 
@@ -309,7 +309,7 @@ def config_tokens(cfg: Config, tm: TuringMachine, vocab: Vocab, tags: Sequence[i
 
 
 def build_trace(run: Run, vocab: Vocab, tags: Sequence[int] | None = None) -> list[int]:
-    """The Turing Program ``BOS c_0 SEP c_1 SEP ... c_T EOS`` (§A.1.3)."""
+    """The Turing Program ``BOS c_0 SEP c_1 SEP ... c_T EOS``."""
     out = [vocab.BOS]
     for t, cfg in enumerate(run.configs):
         if t:
@@ -337,7 +337,7 @@ def split_configs(trace: Sequence[int], vocab: Vocab) -> list[list[int]]:
 
 
 def repeated_ngram(configs: Iterable[Sequence[Any]], n: int) -> tuple[int, int, int] | None:
-    """First ``(config index, earlier offset, later offset)`` of a repeated n-gram, or None (§A.2.1)."""
+    """First ``(config index, earlier offset, later offset)`` of a repeated n-gram, or None."""
     for t, cfg in enumerate(configs):
         seen: dict[tuple, int] = {}
         for i in range(len(cfg) - n + 1):
@@ -349,7 +349,7 @@ def repeated_ngram(configs: Iterable[Sequence[Any]], n: int) -> tuple[int, int, 
 
 
 def min_ngram(configs: Sequence[Sequence[Any]]) -> int:
-    """Smallest n >= 1 such that no configuration has a repeated n-gram (§A.2.6)."""
+    """Smallest n >= 1 such that no configuration has a repeated n-gram (the construction's premise)."""
     lo, hi = 1, max((len(c) for c in configs), default=1)
     while lo < hi:
         mid = (lo + hi) // 2
@@ -361,7 +361,7 @@ def min_ngram(configs: Sequence[Sequence[Any]]) -> int:
 
 
 def address_tags(length: int, letters: int, order: int | None = None) -> list[int]:
-    """Read-only address track (§A.2.6 [R], reconstructed; optional): a de Bruijn word whose ``order``-grams are all
+    """Read-only address track (our reconstruction; optional): a de Bruijn word whose ``order``-grams are all
     distinct, so every configuration satisfies the premise for n = ``order``.
 
     ``order=None`` picks the smallest order with ``letters**order + order - 1 >= length``.

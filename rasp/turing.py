@@ -1,8 +1,8 @@
 """CLI: run a Turing machine's reference simulator and its compiled RASP program side by side.
 
-``python -m rasp.turing --machine NAME|PATH.json|random:SEED --input "..."`` (issue 5;
-turing-programs-rasp.md §A.1.3 trace format, §A.2.3 program P, §A.2.6 monitor and
-address track). Exit status: 0 when the RASP trace equals the simulator's token for
+``python -m rasp.turing --machine NAME|PATH.json|random:SEED --input "..."`` (trace
+format, program P, monitor and address track: our reconstruction of Hou et al., arXiv
+2407.03310; tape conventions: docs/rasp.md). Exit status: 0 when the RASP trace equals the simulator's token for
 token (and a library task's answer equals Python's), 1 when it does not, 2 on bad
 input (one line on stderr, no traceback).
 """

@@ -1,4 +1,4 @@
-"""``python -m rasp.turing``: output, exit codes, and one-line errors (issue 5, CLI and Bad input)."""
+"""``python -m rasp.turing``: output, exit codes, and one-line errors."""
 from __future__ import annotations
 
 import json

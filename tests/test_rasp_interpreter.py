@@ -1,5 +1,5 @@
 """Mini-RASP interpreter semantics: hand-computed cases, errors, and fast paths against an
-independent nested-loop reference (turing-programs-rasp.md §B.1-§B.4)."""
+independent nested-loop reference (docs/rasp.md)."""
 from __future__ import annotations
 
 import numpy as np
@@ -239,7 +239,7 @@ def outcome(fn):
         return ("error", type(exc).__name__)
 
 
-@settings(max_examples=300)   # a cheap oracle: many examples (ecosystem-conventions.md §8.6)
+@settings(max_examples=300)   # a cheap oracle: many examples
 @given(prog=programs(), toks=st.lists(st.integers(0, 5), min_size=1, max_size=12),
        causal=st.booleans())
 def test_fast_paths_and_dense_path_agree_with_the_reference(prog, toks, causal):

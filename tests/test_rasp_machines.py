@@ -1,5 +1,5 @@
 """Turing-machine specs, reference simulator, traces, premise checker and library machines
-(turing-programs-rasp.md §A.1.3, §A.1.4, §A.2.1, §A.2.6, §A.3.4)."""
+(docs/rasp.md, "Turing machines")."""
 from __future__ import annotations
 
 import json
@@ -133,7 +133,7 @@ def test_trace_format_and_vocab():
     assert [v.render(t) for t in trace[:7]] == ["BOS", "[0|a]", "1", "SEP", "1", "[1|a]", "SEP"]
     assert trace[-1] == v.EOS and len(trace) == 1 + 3 * len(run.configs)
     assert split_configs(trace, v)[0] == trace[1:3]
-    # integer coding of §A.1.3: head <s,q> -> |S| + q|S| + s
+    # integer coding: head <s,q> -> |S| + q|S| + s
     assert v.cell(1, 2) == 2 + 2 * 2 + 1 and v.decode(v.cell(1, 2)) == (1, 2, 0)
     assert (v.BOS, v.SEP, v.EOS, v.size) == (8, 9, 10, 11)
 
