@@ -60,6 +60,8 @@ def exact_index(q: Any) -> int | None:
     """``q`` as an int when it equals one exactly (``2``, ``2.0``, ``Fraction(4, 2)``), else None."""
     if isinstance(q, numbers.Integral):
         return int(q)
+    if isinstance(q, numbers.Complex) and not isinstance(q, numbers.Real) and q.imag == 0:
+        q = q.real                                    # 2+0j == 2 in Python
     try:
         top = math.floor(q)
     except (TypeError, ValueError, OverflowError):

@@ -78,7 +78,7 @@ def test_index_bound_for_every_kind_of_real_query(query, want, causal):
         assert every_path(width, "abcdef", causal) == [expect] * (3 if causal else 2), pred
 
 
-@pytest.mark.parametrize("query, key", [(3, 2), (3.0, 2), (Fraction(6, 2), 2), (2.5, None),
+@pytest.mark.parametrize("query, key", [(3, 2), (3.0, 2), (Fraction(6, 2), 2), (3 + 0j, 2), (2.5, None),
                                         (-1.0, None), (math.nan, None), (math.inf, None),
                                         ("x", None), (None, None)])
 def test_direct_lookup_only_matches_an_exactly_integral_query(query, key):
@@ -93,6 +93,16 @@ def test_nan_keys_are_never_equal_even_to_the_same_nan_object():
     for causal in (False, True):
         want = ref_eval(prog, [0, 1, 2, 1], causal)
         assert every_path(prog, [0, 1, 2, 1], causal) == [want] * (3 if causal else 2)
+
+
+def test_unhashable_eq_values_are_an_error_on_the_hash_path_only():
+    pairs = Map(lambda t: [t], tokens)                      # lists: comparable, not hashable
+    prog = SelectorWidth(Select(pairs, pairs, EQ))
+    assert col(prog, "aba", fast=False) == [2, 1, 2]
+    with pytest.raises(RASPTypeError, match="not hashable"):
+        col(prog, "aba")
+    as_tuples = SelectorWidth(Select(Map(tuple, pairs), Map(tuple, pairs), EQ))
+    assert col(as_tuples, "aba") == [2, 1, 2]
 
 
 def test_a_non_real_bound_query_is_an_error_on_every_path():
