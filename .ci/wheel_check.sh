@@ -8,7 +8,7 @@
 #    install -- so nothing is downloaded and torch is not copied.
 # 3. `pip install --no-index` the wheel there: pip checks that every declared dependency is present.
 # 4. From an empty directory outside the checkout (so only the installed package can be imported),
-#    run the three commands a user would run first.
+#    run the three commands a user would run first, and one that reads package data (rasp/specs/).
 #
 # Usage: .ci/wheel_check.sh        (VENV=path/to/venv to borrow another environment's packages)
 set -euo pipefail
@@ -58,7 +58,7 @@ py="$work/venv/bin/python"
 "$py" -c 'import lengthgen, constructions, rasp, sys
 for m in (lengthgen, constructions, rasp):
     assert "/venv/" in m.__file__, f"{m.__name__} imported from {m.__file__}, not the installed wheel"' \
-    || { echo "wheel_check: the installed package is not the one imported" >&2; exit 1; }
+    || { echo "wheel_check: lengthgen, constructions or rasp is missing from the wheel or imported from outside it" >&2; exit 1; }
 check() {
     echo "+ python $*"
     if ! "$py" "$@" > "$work/out.txt" 2>&1; then
@@ -71,4 +71,5 @@ check() {
 check -m constructions.addition --digits 50
 check -m rasp.turing --machine addition --input 12+34
 check -m constructions.nope --task addition --digits 3
+check -m rasp.turing --machine parity --input 1011_   # package data: rasp/specs/parity.json
 echo "wheel_check: OK in $(( $(date +%s) - started )) s"
