@@ -1,4 +1,4 @@
-"""Proposition 5.2 counterexample search (constructions.nope; theorem-5-1-addition.md §5).
+"""Proposition 5.2 counterexample search (constructions.nope; docs/proposition-5-2.md).
 
 Every certificate is re-checked here independently of the code under test: the permutation and
 last-token conditions on the prompt *texts*, the correct answers from Python integer arithmetic and
