@@ -25,14 +25,21 @@ trap 'rm -rf "$work"' EXIT
 started=$(date +%s)
 
 # 1. Build from a copy of the files git knows (tracked, or untracked and not ignored), so stale
-#    build/ folders or local runs cannot leak into the wheel.
+#    build/ folders or local runs cannot leak into the wheel; outside git, build in place.
 mkdir -p "$work/src" "$work/dist"
-git -C "$ROOT" ls-files -z --cached --others --exclude-standard > "$work/files"
-[ -s "$work/files" ] || { echo "wheel_check: git lists no files in $ROOT" >&2; exit 2; }
-(cd "$ROOT" && xargs -0 cp --parents -t "$work/src" < "$work/files")
-"$PY" -m pip wheel -q --disable-pip-version-check --no-deps --no-build-isolation -w "$work/dist" "$work/src"
+src="$ROOT"
+if git -C "$ROOT" rev-parse --show-toplevel >/dev/null 2>&1; then
+    git -C "$ROOT" ls-files -z --cached --others --exclude-standard > "$work/files"
+    (cd "$ROOT" && xargs -0 cp --parents -t "$work/src" < "$work/files")
+    src="$work/src"
+fi
+# The project venv's setuptools builds the wheel when it is recent enough (no download); otherwise
+# pip fetches the build backend named in pyproject.toml.
+isolation=--no-build-isolation
+"$PY" -c 'import setuptools, sys; sys.exit(int(setuptools.__version__.split(".")[0]) < 64)' 2>/dev/null || isolation=
+"$PY" -m pip wheel -q --disable-pip-version-check --no-deps $isolation -w "$work/dist" "$src"
 wheel=$(ls "$work/dist"/lengthgen-*.whl)
-echo "built $(basename "$wheel") ($(du -k "$wheel" | cut -f1) KiB)"
+echo "built $(basename "$wheel") ($(du -k "$wheel" | cut -f1) KiB)   [$(( $(date +%s) - started )) s]"
 
 # 2. A fresh venv that sees the project venv's dependencies, but not its lengthgen.
 "$PY" -m venv --without-pip "$work/venv"
@@ -48,7 +55,7 @@ done
 echo "$work/deps" > "$site/_borrowed_dependencies.pth"
 
 # 3. Install the wheel; --no-index: the dependencies must all be satisfied by what is borrowed.
-"$PY" -m pip --python "$work/venv/bin/python" install -q --disable-pip-version-check --no-index "$wheel"
+"$PY" -m pip --python "$work/venv/bin/python" install -q --disable-pip-version-check --no-index --no-compile "$wheel"
 
 # 4. Run from an empty directory: neither the checkout nor PYTHONPATH may help.
 mkdir -p "$work/elsewhere"
@@ -60,7 +67,7 @@ for m in (lengthgen, constructions, rasp):
     assert "/venv/" in m.__file__, f"{m.__name__} imported from {m.__file__}, not the installed wheel"' \
     || { echo "wheel_check: lengthgen, constructions or rasp is missing from the wheel or imported from outside it" >&2; exit 1; }
 check() {
-    echo "+ python $*"
+    echo "+ python $*   [$(( $(date +%s) - started )) s]"
     if ! "$py" "$@" > "$work/out.txt" 2>&1; then
         cat "$work/out.txt" >&2
         echo "wheel_check: FAILED: python $*" >&2
