@@ -144,3 +144,79 @@ def test_long_prompts_are_shown_around_the_differences(capsys):
     for col, ch in enumerate(marks):
         if ch == "^":
             assert a_row[col] != b_row[col]
+
+
+# ----------------------------------------------------------------- trained checkpoints, run as a user would
+CHECKPOINTS = ROOT / "checkpoints"
+
+
+def run_module(*argv: str, module: str = "constructions.nope", cwd: Path | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
+    return subprocess.run([sys.executable, "-m", module, *argv], cwd=cwd or ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_a_coupled_checkpoint_directory_gets_its_coupled_ids():
+    """The committed coupled model adds 3-digit numbers exactly; fed 0..T-1 it would look wrong."""
+    proc = run_module("--digits", "3", "--model", "checkpoints/addition_coupled_1l2h", "--budget", "300", "--json")
+    assert proc.returncode == 3 and proc.stderr == "", proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["status"] == "distinguished" and "trained with coupled positions, coupled position IDs" in data["model"]
+    closest = data["closest"]
+    for side in ("a", "b"):  # the printed pair is judged against integer arithmetic, not the code's oracle
+        a, b = re.fullmatch(r"\$(\d{3})\+(\d{3})=", closest[f"prompt_{side}"]["text"]).groups()
+        assert closest[f"predicted_{side}_token"] == str(int(a) + int(b)).zfill(4)[::-1][0]
+    assert closest["wrong_on"] == []
+
+
+def test_an_explicit_positions_flag_overrides_the_checkpoint(capsys):
+    code, out, _ = run(capsys, "--digits", "3", "--model", str(CHECKPOINTS / "addition_coupled_1l2h"),
+                       "--positions", "plain", "--budget", "300", "--json")
+    assert code == 3 and "overrides that" in json.loads(out)["model"]
+
+
+def test_a_nope_checkpoint_directory_yields_a_counterexample(capsys):
+    code, out, err = run(capsys, "--digits", "3", "--model", str(CHECKPOINTS / "addition_nope_1l2h"))
+    assert code == 0 and err == "" and "trained with nope positions" in out
+    assert "certificate re-verified from scratch: yes" in out
+
+
+def test_the_scheme_is_read_from_run_json_when_the_weights_lack_it(capsys, tmp_path):
+    from lengthgen.weights import load_model
+
+    model = load_model(CHECKPOINTS / "addition_coupled_1l2h" / "model.safetensors")
+    model.annotations.notes = {}
+    save_model(model, tmp_path / "model.safetensors")
+    (tmp_path / "run.json").write_text((CHECKPOINTS / "addition_coupled_1l2h" / "run.json").read_text())
+    code, out, _ = run(capsys, "--digits", "3", "--model", str(tmp_path), "--budget", "200", "--json")
+    assert code == 3 and "coupled position IDs" in json.loads(out)["model"]
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--model", str(CHECKPOINTS / "addition_coupled_1l2h"), "--digits", "30"],
+     "30-digit operands do not fit the position table"),
+    (["--model", str(CHECKPOINTS / "addition_nope_1l2h"), "--task", "copy"], "was trained on addition, not copy"),
+    (["--model", str(ROOT / "tests")], "no checkpoint in this directory"),
+])
+def test_bad_checkpoint_requests_are_one_line_and_exit_2(capsys, argv, message):
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and message in err and "Traceback" not in err
+
+
+def test_a_bad_checkpoint_through_the_real_entry_point():
+    proc = run_module("--model", "checkpoints/addition_coupled_1l2h", "--digits", "30")
+    assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.count("\n") == 1
+    assert proc.stderr.startswith("python -m constructions.nope: error: 30-digit operands do not fit")
+
+
+def test_symbolic_help_prints_help_and_runs_nothing(tmp_path, capsys):
+    from constructions.nope.symbolic import main as symbolic_main
+
+    proc = run_module("--help", module="constructions.nope.symbolic", cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stderr == ""
+    assert proc.stdout.startswith("usage: python -m constructions.nope.symbolic") and "exit status" in proc.stdout
+    assert "same expression" not in proc.stdout  # the checks did not run
+    assert symbolic_main(["--digits", "3"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "unrecognized arguments: --digits 3" in err

@@ -1,4 +1,4 @@
-"""Proposition 5.2 counterexample search (constructions.nope; theorem-5-1-addition.md §5).
+"""Proposition 5.2 counterexample search (constructions.nope; docs/proposition-5-2.md).
 
 Every certificate is re-checked here independently of the code under test: the permutation and
 last-token conditions on the prompt *texts*, the correct answers from Python integer arithmetic and
@@ -315,3 +315,15 @@ def test_other_precisions(dtype):
     assert cert.float64_diff is None or cert.float64_diff < 1e-14
     with pytest.raises(Distinguished):
         find_counterexample(random_transformer(13, n_layers=2, seed=1, dtype=dtype), "addition", 3, budget=600)
+
+
+def test_hard_alibi_windows_are_reported_as_outside_the_proposition():
+    """A one-layer model without position embeddings but with a Hard-ALiBi window sees order (a key
+    outside the window is hidden), so the proposition does not apply. (It may still be blind to
+    particular pairs: then the certificate rests on its measured logits, as for any model.)"""
+    cfg = TransformerConfig(d_vocab=13, d_model=32, n_layers=1, n_heads=2, d_head=16, d_mlp=64, positional="none",
+                            attn_windows=[2, None])
+    report = search(init_random_(Transformer(cfg), 0), "addition", 2)
+    assert report.proposition_applies is False and "Hard-ALiBi attention windows" in report.model_note
+    plain = search(init_random_(Transformer(dataclasses.replace(cfg, attn_windows=None)), 0), "addition", 2)
+    assert plain.proposition_applies is True

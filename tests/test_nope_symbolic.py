@@ -92,6 +92,6 @@ def test_symbolic_model_is_the_lengthgen_transformer(layernorm, positional):
 
 
 def test_main_reports_as_the_proposition_says(capsys):
-    assert main() == 0
+    assert main([]) == 0
     out = capsys.readouterr().out
     assert out.count("same expression") == 2 and out.count("different") == 2

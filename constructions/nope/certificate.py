@@ -1,5 +1,5 @@
 """Certificates, reports and the model adapter of the Proposition 5.2 counterexample search
-(:mod:`constructions.nope`; theorem-5-1-addition.md §5).
+(:mod:`constructions.nope`; docs/proposition-5-2.md, "The certificate").
 
 A :class:`Certificate` is self-contained: two prompts (text and ids), their correct next tokens
 from the task's oracle, the model's last-position logits on both, their largest difference, the
@@ -23,7 +23,7 @@ from lengthgen.positions import coupled_addition_ids
 from lengthgen.tasks import get_task
 
 INVARIANCE = (
-    "Proposition 5.2 (Cho et al. 2024; theorem-5-1-addition.md §5): in a 1-layer decoder-only transformer "
+    "Proposition 5.2 (Cho et al. 2024; docs/proposition-5-2.md): in a 1-layer decoder-only transformer "
     "without positional information the last position's query depends only on the last token, its attention "
     "output is a symmetric function of the multiset of tokens, and LayerNorm, MLP and unembedding act "
     "token-wise; so two prompts that are permutations of each other and end in the same token get the same "
@@ -304,8 +304,9 @@ def check_vocabulary(model: Any, task: Any) -> None:
 
 
 def coupled_pos_ids(task: str | Any, start: int | None = None) -> Callable[[torch.Tensor], torch.Tensor]:
-    """``pos_ids_fn`` for the position-coupling rule of ``task`` (addition: theorem-5-1-addition.md §1.2,
-    start 2; others: authors-training-setup.md §1.4–1.5, start 1), computed from each prompt's text."""
+    """``pos_ids_fn`` for the position-coupling rule of ``task`` (addition: docs/theorem-5-1.md, "Position IDs",
+    start 2; other tasks: their ``position_ids`` rule in :mod:`lengthgen.tasks`, start 1), computed from each
+    prompt's text."""
     task = resolve_task(task)
     if hasattr(task, "position_ids"):
         s = 1 if start is None else start
@@ -334,6 +335,9 @@ def proposition_note(model: Any, pos_ids_fn: Callable | None = None) -> tuple[bo
         ids = "IDs from pos_ids_fn" if pos_ids_fn is not None else "IDs 0..T-1"
         return False, (f"{what} with learned position embeddings ({ids}): Proposition 5.2 does not apply, "
                        "positions can tell a prompt from its permutation")
+    if any(w is not None for w in (model.cfg.attn_windows or [])):
+        return False, (f"{what} with Hard-ALiBi attention windows: Proposition 5.2 does not apply, a window "
+                       "hides keys by their distance, so order reaches the output")
     if layers != 1:
         return False, (f"{what} without positional information: Proposition 5.2 does not apply, since after "
                        "one causal layer each position's output depends on its own prefix, so later layers see order")

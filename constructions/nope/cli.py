@@ -2,7 +2,7 @@
 
 Builds or loads a model, searches for two prompts that are permutations of each other, end in the
 same token and have different correct next tokens, on which the model's logits are identical (up to
-float rounding) and its answer wrong, and prints the pair (theorem-5-1-addition.md §5).
+float rounding) and its answer wrong, and prints the pair (docs/proposition-5-2.md).
 
 Exit status: 0 a verified counterexample is printed; 3 no counterexample, the model distinguishes
 every pair tried (every pair, in exhaustive mode); 2 bad input (one line on stderr); 1 an
@@ -15,11 +15,13 @@ import json
 import re
 import sys
 import textwrap
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
 from lengthgen.cli import ArgumentParser, UsageError, fail
+from lengthgen.data import DataError, check_digits
 
 from constructions.nope.certificate import (
     DEFAULT_RTOL, EXIT_BAD_INPUT, EXIT_COUNTEREXAMPLE, EXIT_DISTINGUISHED, INVARIANCE, BadInput, Comparison,
@@ -32,6 +34,7 @@ EPILOG = f"""examples:
   python -m constructions.nope --task addition --digits 3 --layers 2        # exit 3: distinguished
   python -m constructions.nope --task addition --digits 3 --model construction   # Theorem 5.1, coupled IDs
   python -m constructions.nope --task copy --digits 5 --model run/model.safetensors
+  python -m constructions.nope --digits 3 --model checkpoints/addition_coupled_1l2h   # positions from run
 
 tasks: addition ($653+049=), multiplication_nx1 ($653*7=), multiplication_nx2 ($653*07=), copy and
 reverse ($3141=); --digits is the operand length (the first operand's for multiplication).
@@ -59,7 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--digits", type=int, default=3, help="operand length n (default 3; n >= 2, N×2 allows 1)")
     p.add_argument("--model", default="random",
                    help="'random' (default): a random transformer (options below); 'construction': the Theorem 5.1 "
-                   "addition transformer with coupled position IDs; or PATH to a .safetensors/.npz lengthgen model")
+                   "addition transformer with coupled position IDs; or PATH to a lengthgen model: a .safetensors/.npz "
+                   "file, a run directory or a checkpoint directory (as lengthgen.evaluate takes them)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random model and of the search (default 0)")
     p.add_argument("--budget", type=int,
                    help="most prompts to evaluate (default 20000, fewer for long prompts: at most 2e6 tokens); "
@@ -67,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rtol", type=float, help="relative tolerance for 'identical logits' (default by logits dtype)")
     p.add_argument("--positions", default="auto", choices=["auto", "plain", "coupled"],
                    help="position IDs fed to a model with learned positions: plain 0..T-1, or the task's coupled IDs "
-                   "(default auto: coupled for the construction, plain otherwise)")
+                   "(default auto: the scheme a trained checkpoint records, coupled for the construction, "
+                   "plain otherwise)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     r = p.add_argument_group("random model (--model random)")
     r.add_argument("--layers", type=int, help="number of layers (default 1)")
@@ -96,7 +101,7 @@ def load(args: argparse.Namespace, task: Any) -> tuple[Any, str, Callable | None
     """The model, a description of it, and its ``pos_ids_fn`` (None: the model's own default)."""
     from lengthgen.init import random_transformer
 
-    random = args.model == "random"
+    random, scheme = args.model == "random", None
     if not random and args.layers is not None:
         raise BadInput("--layers only applies to --model random")
     if random:
@@ -117,17 +122,62 @@ def load(args: argparse.Namespace, task: Any) -> tuple[Any, str, Callable | None
         model, _ = build_model(n_digits=args.digits)
         what = f"Theorem 5.1 construction ({describe_model(model)})"
     else:
-        from lengthgen.weights import WeightFileError, load_model
-
-        try:
-            model = load_model(args.model)
-        except WeightFileError as exc:
-            raise BadInput(str(exc)) from None
-        what = f"{args.model}: {describe_model(model)}"
-    coupled = args.positions == "coupled" or (args.positions == "auto" and args.model == "construction")
+        model, wp, scheme = load_checkpoint(args.model, task)
+        what = f"{wp}: {describe_model(model)}" + (f", trained with {scheme} positions" if scheme else "")
     if args.model == "construction" and args.positions == "plain":
         raise BadInput("the Theorem 5.1 construction needs coupled position IDs (--positions coupled)")
+    if args.positions == "auto":
+        coupled = args.model == "construction" or scheme == "coupled"
+    else:
+        coupled = args.positions == "coupled"
+        if scheme in POSITION_IDS and POSITION_IDS[scheme] != args.positions:
+            what += f" (but --positions {args.positions} overrides that)"
+    if coupled and scheme == "coupled" and task.name == "addition":
+        try:
+            check_digits("coupled", model.cfg.n_ctx, args.digits, str(args.model))
+        except DataError as exc:
+            raise BadInput(str(exc)) from None
     return model, what + (", coupled position IDs" if coupled else ""), coupled_pos_ids(task) if coupled else None
+
+
+#: the position IDs the search feeds a checkpoint trained with each scheme (lengthgen.data.SCHEMES);
+#: nope and hard-alibi models have no position table, so they get none
+POSITION_IDS = {"coupled": "coupled", "ape": "plain"}
+
+
+def load_checkpoint(path: str, task: Any) -> tuple[Any, str, str | None]:
+    """A weight file, run directory or checkpoint directory (as ``lengthgen.evaluate`` takes them):
+    the model, its weight file and the position scheme it was trained with (``None`` if unrecorded).
+
+    The scheme comes from the notes ``lengthgen.train`` writes into the weight file, or else from the
+    ``run.json`` of its run directory; a checkpoint trained on another task is refused."""
+    from lengthgen.runs import RunError, model_notes, weights_path
+    from lengthgen.weights import WeightFileError, load_model
+
+    try:
+        wp = weights_path(path) if Path(path).is_dir() else Path(path)  # a file: load_model names what is wrong
+        model = load_model(wp)
+    except (RunError, WeightFileError) as exc:
+        raise BadInput(str(exc)) from None
+    notes = model_notes(model) or _run_config(wp)
+    trained_on = notes.get("task")
+    if trained_on is not None and trained_on != task.name:
+        raise BadInput(f"{wp} was trained on {trained_on}, not {task.name} (use --task {trained_on})")
+    return model, str(wp), notes.get("positions")
+
+
+def _run_config(weights: Path) -> dict[str, str]:
+    """``task`` and ``positions`` from the ``run.json`` beside the weights or of their run directory."""
+    from lengthgen.runs import RunError, read_json
+
+    for run_json in (weights.parent / "run.json", weights.parent.parent.parent / "run.json"):
+        if run_json.is_file():
+            try:
+                config = read_json(run_json).get("config", {})
+            except (RunError, AttributeError):
+                continue
+            return {k: str(config[k]) for k in ("task", "positions") if k in config}
+    return {}
 
 
 def compact_template(template: str) -> str:

@@ -1,6 +1,6 @@
 """Proposition 5.2 of Cho et al., "Position Coupling" (NeurIPS 2024), as a counterexample finder.
 
-Proposition 5.2 (theorem-5-1-addition.md §5): a 1-layer decoder-only transformer without positional
+Proposition 5.2 (docs/proposition-5-2.md): a 1-layer decoder-only transformer without positional
 information gives the same next token for two prompts that are permutations of each other and end
 in the same token. Its last query depends only on the last token; its attention output is a
 symmetric function of the multiset of tokens; LayerNorm, MLP and unembedding act token-wise. So it
