@@ -193,7 +193,7 @@ def test_hard_alibi_trains_and_its_windows_survive_the_checkpoint(tmp_path):
 
 
 def test_sinusoidal_position_init():
-    """--pos-init sinusoidal: row p is (sin pω_i, cos pω_i) scaled to RMS embed_std (Vaswani et al. §3.5)."""
+    """--pos-init sinusoidal: row p is (sin pω_i, cos pω_i) scaled to RMS embed_std (Vaswani et al. 2017, Section 3.5)."""
     cfg = TrainConfig(positions="coupled", d_model=16, heads=2, pos_init="sinusoidal", embed_std=0.5)
     W = build_model(cfg).pos_embed.W_pos.detach().double()
     p, i = 5, 3

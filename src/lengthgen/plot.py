@@ -41,7 +41,7 @@ DEFAULT_CHECKPOINTS = {  # label -> committed checkpoint (all 1 layer, 2 heads, 
 #: palette (yellow left out: too pale on white), each colour with its own marker and dash pattern
 MODEL_STYLES = [
     ("#0072B2", "o", "-"), ("#56B4E9", "s", "--"), ("#009E73", "D", "-."), ("#E69F00", "v", ":"),
-    ("#D55E00", "^", "-"), ("#CC79A7", "P", "--"), ("#999999", "X", "-."),
+    ("#D55E00", "p", "-"), ("#CC79A7", "P", "--"), ("#999999", "X", "-."),
 ]
 CONSTRUCTION_STYLE = ("#000000", "*", "--")
 DODGE = 0.09  # horizontal offset between neighbouring models' markers (lengths are integers)
@@ -109,8 +109,10 @@ def attention_command(construction: str, checkpoint: str, n: int, samples: int, 
     matches = match_heads(cons_att[0], tr_att, n)
     for m in matches:
         log(m.describe(head_names))
+    pack = train_info(checkpoint).get("pack")
+    rows = "" if pack is None else ", packed rows" if pack else ", one problem per row"
     title = (f"Mean attention over {samples} {n}-digit additions: {cons_desc['name']} vs "
-             f"trained {trained.cfg.n_layers}-layer {trained.cfg.n_heads}-head model")
+             f"trained {trained.cfg.n_layers}-layer {trained.cfg.n_heads}-head model{rows}")
     fig = attention_figure(cons_att[0], tr_att, n, matches, head_names, title)
     save_figure(fig, paths)
     log(f"wrote {', '.join(map(str, paths))}")
@@ -120,7 +122,7 @@ def attention_command(construction: str, checkpoint: str, n: int, samples: int, 
 
     return {"digits": n, "samples": samples, "checkpoint": checkpoint, "reference": cons_desc["name"],
             "trained": {"positions": desc["positions"], "train_digits": desc["train_digits"], "scores": scale,
-                        "pack": train_info(checkpoint).get("pack")},
+                        "pack": pack},
             "example_input": ADDITION.decode(example),
             "matching": [{"construction_head": head_names[m.head], "trained_layer": m.layer + 1,
                           "trained_head": m.trained_head + 1, "cosine_answer_rows": round(m.answer_similarity, 4),
@@ -178,8 +180,9 @@ def length_figure(entries: dict[str, Any], title: str, zoom_from: float = 90.0):
         ax.tick_params(labelsize=10.5)
         ax.grid(alpha=0.3, zorder=1)
     axes[0].set_ylabel("exact match (%)", fontsize=12)
-    axes[0].set_title(title, fontsize=12, loc="left")
-    axes[1].set_title(f"zoom: {zoom_from:g}–100 %", fontsize=12)
+    fig.suptitle(title, fontsize=13)
+    axes[0].set_title("all lengths", fontsize=11)
+    axes[1].set_title(f"zoom on {zoom_from:g}–100 %", fontsize=11)
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, fontsize=10.5, loc="lower center", ncol=4, frameon=False)
     fig.tight_layout(rect=(0, 0.13, 1, 1))
@@ -194,8 +197,7 @@ def length_command(models: list[tuple[str | None, str]], digits: list[int], samp
     width = max(map(len, entries)) + 1
     for label, e in entries.items():
         log(f"{label:<{width}} " + " ".join(f"{r['n']}:{100 * r['exact_match']:.1f}" for r in e["results"]))
-    fig = length_figure(entries, f"Addition: exact match vs operand length ({samples} test additions per length; "
-                               f"markers offset sideways so none hides another)")
+    fig = length_figure(entries, f"Addition: exact match vs operand length ({samples} test additions per length)")
     save_figure(fig, paths)
     log(f"wrote {', '.join(map(str, paths))}")
     return {"samples": samples, "seed": seed, "models": entries}

@@ -1,7 +1,6 @@
 """Attention maps of the Theorem 5.1 construction and of a trained model, side by side.
 
-Conventions of the authors' ``attention_matrix.py`` (authors-training-setup.md §4.1, design note
-theorem-5-1-addition.md §7): probabilities averaged over n-digit test additions (teacher-forced,
+Conventions of the authors' attention plots (docs/training.md, "Figures"): probabilities averaged over n-digit test additions (teacher-forced,
 coupled start s = 2 so every sample has the same positions), final EOS row/column dropped, query
 rows on the y-axis and key columns on the x-axis, one colour scale 0–1 (``YlOrBr_r``), values below
 0.01 masked in black, plus a zoom on the rows of ``=`` and the answer digits (the paper's magnified
