@@ -167,3 +167,19 @@ def test_bad_input(tiny_run, construction, tmp_path, capsys):
     assert main(["--checkpoint", construction, "--digits", "2", "--samples", "3", "--no-progress",
                  "--out", str(keep / "under-a-file.json")]) == 2
     assert "cannot write --out" in one_error_line(capsys)
+
+
+def test_the_generic_library_imports_no_construction():
+    """Layering: src/lengthgen knows constructions only as checkpoints (a path or a registered name)."""
+    import ast
+
+    for path in (ROOT / "src" / "lengthgen").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+            assert not any(n.split(".")[0] in ("constructions", "rasp") for n in names), (path, names)
+    code = ("import sys, lengthgen.evaluate, lengthgen.plot, lengthgen.train; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('constructions', 'rasp')))")
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and res.stdout.strip() == "[]", res.stdout + res.stderr
