@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# Regenerate every figure of issue 6 (and figures/results.json) from the committed checkpoints/.
+# Regenerate every figure in figures/ (and figures/results.json) from the committed checkpoints/.
 # No training: the small models in checkpoints/ are evaluated and probed afresh (CPU, a few minutes).
-# figures/precision.png is drawn by `python -m constructions.addition.certify precision` when that module exists.
+#  1. Theorem 5.1's model is exported as an ordinary checkpoint (python -m constructions.addition export);
+#  2. lengthgen.plot draws the attention and length-generalization figures from checkpoints only;
+#  3. figures/precision.png is redrawn by the certificate's own command from figures/precision.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="src:.${PYTHONPATH:+:$PYTHONPATH}"
 PY="${PYTHON:-python}"
 [ -x .venv/bin/python ] && [ -z "${PYTHON:-}" ] && PY=.venv/bin/python
-exec "$PY" -m lengthgen.plot all --force "$@"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+"$PY" -m constructions.addition export "$work/construction" --digits 15
+"$PY" -m lengthgen.plot all --construction "$work/construction" --force "$@"
+"$PY" -m constructions.addition.certify precision --figure figures/precision.png

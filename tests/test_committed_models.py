@@ -1,8 +1,13 @@
-"""Issue 6, item 5: the committed small models meet the length-generalization targets.
+"""The committed small models do what README and docs/training.md state.
 
-The check is independent of ``lengthgen.evaluate``: operands come from Python's ``random``, the
-expected answer is ``str(a + b)`` zero-padded to n + 1 digits and reversed (the paper's format),
-and the model answers by greedy decoding (``lengthgen.decode``), not teacher forcing.
+README reports exact match measured by ``lengthgen.evaluate`` on its own test set (seed 999, 1000
+additions per length): the packed model is 100% exact at 5 digits and 99.2% at 15, the packed
+q·k/√d model 98.2% at 15, and the same recipe without packing 0.2% at 15. This check is independent
+of ``lengthgen.evaluate``: 1000 other additions per length from Python's ``random``, the expected
+answer ``str(a + b)`` zero-padded to n + 1 digits and reversed (the paper's format), and the model
+answering by greedy decoding (``lengthgen.decode``), not teacher forcing. Each threshold is the
+README figure rounded down to what 1000 different additions can confirm (measured here: 99.3%,
+98.6% and 0.2% at 15 digits).
 """
 from __future__ import annotations
 
@@ -22,7 +27,8 @@ CHECKPOINTS = Path(__file__).resolve().parents[1] / "checkpoints"
 PACKED = "addition_coupled_1l2h_packed"  # unscaled q·k, 50% of training rows hold two additions
 PACKED_SCALED = "addition_coupled_1l2h_packed_scaled"  # the same with q·k/√d_head
 UNPACKED = "addition_coupled_1l2h_unscaled"  # the same recipe as PACKED, one addition per row
-SAMPLES = 300
+SAMPLES = 1000
+AT_15_DIGITS = {PACKED: 0.990, PACKED_SCALED: 0.980}  # README: 99.2% and 98.2% (lengthgen.evaluate's test set)
 
 
 def greedy_exact_match(name: str, n: int, samples: int = SAMPLES, seed: int = 1234) -> float:
@@ -54,13 +60,13 @@ def _one_thread():
 @pytest.mark.parametrize("name", [PACKED, PACKED_SCALED])
 def test_packed_model_is_exact_in_range_and_generalizes_3x(name):
     if not (CHECKPOINTS / name).exists():
-        pytest.fail(f"checkpoints/{name} is not committed (issue 6 ships it)")
-    assert greedy_exact_match(name, 5) >= 0.99  # trained length
-    assert greedy_exact_match(name, 15) >= 0.95  # 3x the trained length (issue 6 target)
+        pytest.fail(f"checkpoints/{name} is not committed")
+    assert greedy_exact_match(name, 5) >= 0.999  # README: 100% at the longest trained length
+    assert greedy_exact_match(name, 15) >= AT_15_DIGITS[name]  # 3x the trained length
 
 
 def test_control_the_same_recipe_without_packing_fails_at_15_digits():
     """The check above can fail: one addition per row, otherwise identical, is exact at 5 digits
     and collapses at 15 (README: pairs of IDs more than 6 apart never meet in training)."""
-    assert greedy_exact_match(UNPACKED, 5) >= 0.99
-    assert greedy_exact_match(UNPACKED, 15) < 0.10
+    assert greedy_exact_match(UNPACKED, 5) >= 0.99  # README: 99.5%
+    assert greedy_exact_match(UNPACKED, 15) < 0.01  # README: 0.2%

@@ -1,4 +1,4 @@
-"""lengthgen.data: vectorized addition batches (issue 6, items 1, 2 and 8)."""
+"""lengthgen.data: vectorized addition batches."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""lengthgen.plot: the figure commands write valid images from tiny models (issue 6, items 6 and 8)."""
+"""lengthgen.plot: the figure commands write valid images from tiny models and any checkpoint."""
 from __future__ import annotations
 
 import json
@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from constructions.addition.export import export
 from lengthgen.plot import main
 from lengthgen.plot_attention import answer_rows, match_heads, role_labels
 from lengthgen.train import TrainConfig, train
@@ -25,6 +26,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
                           steps=15, checkpoint_every=1000)
         assert train(cfg, root / scheme, progress=False) == 0
         out[scheme] = root / scheme
+    out["construction"] = export(root / "construction", n_digits=8)
     return out
 
 
@@ -40,14 +42,14 @@ def assert_images(png: Path) -> None:
 
 def test_attention_figure_from_a_tiny_model(runs, tmp_path, capsys):
     out = tmp_path / "att.png"
-    assert main(["attention", "--construction", "addition", "--checkpoint", str(runs["coupled"]), "--digits", "4",
+    assert main(["attention", "--construction", str(runs["construction"]), "--checkpoint", str(runs["coupled"]), "--digits", "4",
                  "--samples", "30", "--out", str(out), "--no-progress"]) == 0
     assert_images(out)
     printed = capsys.readouterr().out
     assert printed.count("cosine similarity") == 2 and "head 1: addition without carry <-> trained layer 1" in printed
     before = out.read_bytes()
-    assert main(["attention", "--checkpoint", str(runs["coupled"]), "--digits", "4", "--samples", "5",
-                 "--out", str(out)]) == 2
+    assert main(["attention", "--construction", str(runs["construction"]), "--checkpoint", str(runs["coupled"]),
+                 "--digits", "4", "--samples", "5", "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "already exist" in err[0]
     assert out.read_bytes() == before
@@ -56,14 +58,14 @@ def test_attention_figure_from_a_tiny_model(runs, tmp_path, capsys):
 def test_length_figure_and_results(runs, tmp_path, capsys):
     out, res = tmp_path / "len.png", tmp_path / "res.json"
     assert main(["length", "--checkpoint", f"coupled={runs['coupled']}", "--checkpoint", f"nope={runs['nope']}",
-                 "--construction", "addition", "--digits", "1-8", "--samples", "20", "--out", str(out),
+                 "--construction", str(runs["construction"]), "--digits", "1-8", "--samples", "20", "--out", str(out),
                  "--results", str(res), "--no-progress"]) == 0
     assert_images(out)
     data = json.loads(res.read_text())["models"]
     assert [r["n"] for r in data["coupled"]["results"]] == list(range(1, 7))  # the table holds 6 digits
     assert [r["n"] for r in data["nope"]["results"]] == list(range(1, 9))  # NoPE: no table
     assert all(r["exact_match"] == 1.0 for r in data["Theorem 5.1 construction"]["results"])
-    assert data["coupled"]["train_seconds"] > 0 and data["coupled"]["steps"] == 15
+    assert data["coupled"]["steps"] == 15 and data["Theorem 5.1 construction"]["kind"] == "construction"
 
 
 def test_bad_plot_input(runs, tmp_path, capsys):
@@ -72,13 +74,16 @@ def test_bad_plot_input(runs, tmp_path, capsys):
         assert len(err) == 1 and "Traceback" not in err[0], err
         return err[0]
 
-    assert main(["attention", "--checkpoint", str(tmp_path / "none"), "--out", str(tmp_path / "a.png")]) == 2
+    cons = str(runs["construction"])
+    assert main(["attention", "--construction", cons, "--checkpoint", str(tmp_path / "none"),
+                 "--out", str(tmp_path / "a.png")]) == 2
     assert "no such checkpoint" in err_line()
-    assert main(["attention", "--checkpoint", str(runs["coupled"]), "--digits", "9", "--out", str(tmp_path / "a.png")]) == 2
+    assert main(["attention", "--construction", cons, "--checkpoint", str(runs["coupled"]), "--digits", "7",
+                 "--out", str(tmp_path / "a.png")]) == 2
     assert "position table" in err_line()
     assert main(["length", "--out", str(tmp_path / "l.png")]) == 2
     assert "nothing to plot" in err_line()
-    assert main(["length", "--construction", "addition", "--out", str(tmp_path / "l.txt")]) == 2
+    assert main(["length", "--construction", cons, "--out", str(tmp_path / "l.txt")]) == 2
     assert ".png or .pdf" in err_line()
     assert main(["scatter"]) == 2
     assert "invalid choice" in err_line()

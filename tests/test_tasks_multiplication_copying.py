@@ -1,5 +1,5 @@
-"""Multiplication (N×1, N×2), copy and reverse tasks (authors-training-setup.md §1.4–1.5), and the
-task registry. Answers and position IDs are re-derived here from the design notes' rules with plain
+"""Multiplication (N×1, N×2), copy and reverse tasks (Cho et al. 2024; docs/training.md), and the
+task registry. Answers and position IDs are re-derived here from the paper's rules with plain
 Python, never through the code under test."""
 from __future__ import annotations
 
@@ -89,7 +89,7 @@ def test_second_operand_longer_than_m_is_rejected():
 
 
 def test_multiplication_position_ids_follow_the_paper_era_rule():
-    # authors-training-setup.md §1.5 with N = 3, M = 2, s = 1: e = 6
+    # the N×M coupling rule with N = 3, M = 2, s = 1: e = 6
     inst = MULTIPLICATION_NX2.instance(653, 7, start=1)
     assert MULTIPLICATION_NX2.decode(inst.tokens) == "$653*07=17540$"
     assert inst.pos_ids.tolist() == [0, 3, 4, 5, 6, 4, 5, 6, 5, 4, 3, 2, 1, 0]

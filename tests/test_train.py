@@ -1,4 +1,4 @@
-"""lengthgen.train: loss goes down, bit-exact resume, checkpoints, Ctrl-C, bad input (issue 6, items 3, 8)."""
+"""lengthgen.train: loss goes down, bit-exact resume (also through the CLI), checkpoints, Ctrl-C, bad input."""
 from __future__ import annotations
 
 import json
@@ -44,18 +44,19 @@ def test_a_few_steps_reduce_the_loss(tmp_path):
     first, last = np.mean([e["loss"] for e in log[:3]]), np.mean([e["loss"] for e in log[-3:]])
     assert last < 0.8 * first, (first, last)
     model, notes, _ = load_trained(tmp_path / "r")
-    assert notes == {"task": "addition", "positions": "coupled", "train_digits": "1-3"}
+    assert notes == {"task": "addition", "positions": "coupled", "train_digits": "1-3", "kind": "trained"}
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
-    assert summary["steps"] == 60 and summary["train_seconds"] > 0
+    assert summary["steps"] == 60
 
 
 def test_resume_reproduces_an_uninterrupted_run_bit_for_bit(tmp_path):
     torch.set_num_threads(1)
     cfg = tiny_cfg(steps=12, checkpoint_every=100)
     assert train(cfg, tmp_path / "straight", progress=False) == 0
-    assert train(cfg, tmp_path / "split", stop_after=5, progress=False) == 130
+    assert train(cfg, tmp_path / "split", stop_after=5, progress=False) == 0  # stopped as asked: not an error
     assert latest_checkpoint(tmp_path / "split").name == "step_0000005"
-    assert train(TrainConfig(), tmp_path / "split", resume=True, stop_after=4, progress=False) == 130  # cfg from run.json
+    assert not (tmp_path / "split" / "model.safetensors").exists()  # not marked finished
+    assert train(TrainConfig(), tmp_path / "split", resume=True, stop_after=4, progress=False) == 0  # cfg from run.json
     assert train(TrainConfig(), tmp_path / "split", resume=True, progress=False) == 0
     (wa, oa, sa), (wb, ob, sb) = state_of(tmp_path / "straight"), state_of(tmp_path / "split")
     assert wa.keys() == wb.keys() and oa.keys() == ob.keys()
@@ -192,7 +193,7 @@ def test_hard_alibi_trains_and_its_windows_survive_the_checkpoint(tmp_path):
 
 
 def test_sinusoidal_position_init():
-    """--pos-init sinusoidal: row p is (sin pω_i, cos pω_i) scaled to RMS embed_std (Vaswani et al. §3.5)."""
+    """--pos-init sinusoidal: row p is (sin pω_i, cos pω_i) scaled to RMS embed_std (Vaswani et al. 2017, Section 3.5)."""
     cfg = TrainConfig(positions="coupled", d_model=16, heads=2, pos_init="sinusoidal", embed_std=0.5)
     W = build_model(cfg).pos_embed.W_pos.detach().double()
     p, i = 5, 3
@@ -220,3 +221,49 @@ def test_packed_training_runs_and_bad_pack_is_refused(tmp_path, capsys):
     assert main([*TINY, "--pack", "0.5", "--out", out]) == 2  # two 3-digit problems need 12 IDs; 6 digits give 8
     assert "raise --max-digits to at least" in one_error_line(capsys)
     assert not Path(out).exists()
+
+
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """``python -m lengthgen.train ARGS`` as a user runs it (a fresh process)."""
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
+    return subprocess.run([sys.executable, "-m", "lengthgen.train", *args], env=env, cwd=cwd, capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.fixture
+def restore_threads():
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def test_resume_through_the_cli_with_default_flags_is_bit_for_bit(tmp_path, capsys, monkeypatch, restore_threads):
+    """No --threads anywhere: the run stores its thread count and --resume, in a fresh process,
+    restores it. --stop-after is a normal stop (exit 0); a flag contradicting the run is refused."""
+    flags = ["--d-model", "32", "--d-mlp", "64", "--batch-size", "32", "--train-digits", "1-3", "--max-digits", "6",
+             "--steps", "10", "--no-progress"]
+    monkeypatch.chdir(tmp_path)
+    assert main([*flags, "--out", "straight"]) == 0  # the reference, uninterrupted (2 threads: the default)
+    first = cli(*flags, "--stop-after", "4", "--out", "split", cwd=tmp_path)
+    assert first.returncode == 0 and "stopped after 4 steps as asked" in first.stderr, first.stderr
+    run = json.loads((tmp_path / "split" / "run.json").read_text())
+    assert run["runtime"] == {"threads": 2, "device": "cpu"}
+    capsys.readouterr()
+    assert main(["--resume", "--steps", "100", "--threads", "1", "--out", "split"]) == 2
+    line = one_error_line(capsys)
+    assert "--steps 100 (the run has 10)" in line and "--threads 1 (the run has 2)" in line
+    resumed = cli("--resume", "--steps", "10", "--out", "split", "--no-progress", cwd=tmp_path)  # agrees: accepted
+    assert resumed.returncode == 0, resumed.stderr
+    (wa, oa, sa), (wb, ob, sb) = state_of(tmp_path / "straight"), state_of(tmp_path / "split")
+    assert all(torch.equal(wa[k], wb[k]) for k in wa) and all(torch.equal(oa[k], ob[k]) for k in oa)
+    no_time = lambda log: [{k: v for k, v in e.items() if k != "seconds"} for e in log]
+    assert no_time(sa["log"]) == no_time(sb["log"]) and sa["rng"] == sb["rng"] and sb["step"] == 10
+
+
+def test_out_that_cannot_be_written_is_one_line_exit_2(tmp_path, capsys):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    for out in (blocker / "run", "/proc/lengthgen-run"):  # under a file; a place even root cannot write
+        assert main(["--steps", "2", "--out", str(out), *TINY]) == 2
+        assert "cannot be written" in one_error_line(capsys)
+    assert blocker.read_text() == "not a directory"

@@ -1,4 +1,4 @@
-"""A trained 1-layer NoPE model is caught by the Proposition 5.2 counterexample search (issue 6, item 5)."""
+"""A trained 1-layer NoPE model is caught by the Proposition 5.2 counterexample search."""
 from __future__ import annotations
 
 from pathlib import Path

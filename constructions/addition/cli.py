@@ -181,6 +181,11 @@ def model_sum_digits(pred: np.ndarray) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["export"]:  # python -m constructions.addition export DIR: see constructions.addition.export
+        from .export import main as export_main
+
+        return export_main(argv[1:])
     return run_cli("python -m constructions.addition", lambda: _main(argv))
 
 

@@ -1,22 +1,22 @@
 """Addition batches for training and evaluation, built vectorized with numpy.
 
-Format (theorem-5-1-addition.md §1.1, authors-training-setup.md §1.3): ``$ a + b = reversed(c) $``
+Format (Cho et al. 2024; docs/training.md, "Data formats"): ``$ a + b = reversed(c) $``
 with both operands zero-padded to ``n = max(len a, len b)`` and the sum to ``n + 1`` digits, LSB
 first. A batch mixes lengths: every row is right-padded with ``$`` to ``3·max(n) + 5`` tokens. The
 model is causal, so right padding never changes an earlier position; the loss mask covers the
-answer tokens and the final EOS only (authors' ``tokenize_for_decoder``, design note §1.2).
+answer tokens and the final EOS only, as in the authors' code.
 
-Position schemes (issue 6, item 1):
+Position schemes:
 
-* ``coupled`` — learned absolute positions indexed by coupled IDs (Cho et al. 2024 §3;
+* ``coupled`` — learned absolute positions indexed by coupled IDs (Cho et al. 2024, Section 3;
   :func:`lengthgen.positions.coupled_addition_ids`): a_i, b_i, c_i share ``s + n − 1 − i``, ``+``/``=``
   get ``s + n``, ``$`` and padding 0. Training draws ``s`` per sample, uniform on ``2 .. max_id − n``
-  (the authors' random shift, §1.2), evaluation fixes ``s = 2``.
+  (the authors' random shift), evaluation fixes ``s = 2``.
 * ``ape`` — plain learned absolute positions ``0 .. T−1`` (the usual baseline).
 * ``nope`` / ``hard-alibi`` — no position IDs at all (the model ignores them; Hard-ALiBi
   windows live in the model config, Jelassi et al. 2024).
 
-Operand lengths are sampled as the authors do (§1.3, §5): each operand independently uniform on
+Operand lengths are sampled as the authors do: each operand independently uniform on
 ``lo .. hi`` digits; a 1-digit number is uniform on 0–9, longer ones have a non-zero leading digit.
 Evaluation at length n uses two n-digit operands. Carries are propagated without a Python loop
 over digits (:func:`add_digits`).
@@ -70,7 +70,7 @@ def uses_positions(scheme: str) -> bool:
 def table_size(scheme: str, max_digits: int) -> int:
     """Rows of ``W_pos`` (``n_ctx``) needed to evaluate up to ``max_digits`` digits.
 
-    Coupled at start 2 uses IDs up to ``2 + n`` (design note §1.2); APE uses ``0 .. 3n + 4``;
+    Coupled at start 2 uses IDs up to ``2 + n``; APE uses ``0 .. 3n + 4``;
     NoPE/Hard-ALiBi need none (1 row, unused)."""
     check_scheme(scheme)
     if scheme == "coupled":
@@ -212,12 +212,12 @@ def packed_training_batch(
     ``$ a+b=c $ a'+b'=c' $`` (the first problem's final ``$`` is the second one's BOS, as in packed
     language-model training), the loss covering both answers.
 
-    Not in the paper (an addition of this project, issue 6): each problem is still a 1–``hi``-digit
+    Not in the paper (an addition of this project, docs/training.md): each problem is still a 1–``hi``-digit
     addition with its own coupled IDs, but the two ID ranges ``[s−1, s+n]`` are disjoint and at
     least ``gap`` apart, placed at random inside ``1 .. max_id``. The second problem's queries thus
     meet keys whose IDs are up to ``max_id − 1`` away, a pair of IDs that one ≤ ``hi``-digit problem
     never shows, and training pushes their scores down; with one problem per row those scores are
-    never trained (README, "Honest reading"). Gap ≥ 2 keeps every key of the other problem off the
+    never trained (docs/training.md, "Packed rows"). Gap ≥ 2 keeps every key of the other problem off the
     IDs ``i`` and ``i − 1`` that a query at ID ``i`` reads. Rows that are not packed are ordinary
     :func:`training_batch` rows."""
     check_pack_fits(hi, n_ctx, gap)

@@ -1,18 +1,24 @@
-"""Exact match and token accuracy per operand length, teacher-forced argmax (as in the paper).
+"""Exact match and token accuracy per operand length, teacher-forced (as in the paper).
 
     python -m lengthgen.evaluate --checkpoint runs/NAME --digits 1-15 --samples 1000 [--json]
     python -m lengthgen.evaluate --checkpoint construction --digits 1-20
 
-Definitions (authors-training-setup.md §5): one forward pass over the whole sequence; the
-predictions at ``=`` and at every answer token are compared with the next token. *Exact match*:
-every answer digit (zero-padded overflow digit included) and the final EOS are right — under
-greedy decoding this equals autoregressive exact match (induction over steps). *Token accuracy*:
-right answer/EOS tokens over all of them. Test set at length n (§5): two n-digit operands (leading
-digit non-zero for n ≥ 2), seeded by ``(seed, n)`` so every model sees the same additions;
-coupled IDs start at s = 2, the construction's start (theorem-5-1-addition.md §1.2).
+Definitions (docs/training.md, "Evaluation"): one forward pass over the whole sequence; the
+predictions at the token before the answer and at every answer token are compared with the next
+token. A prediction counts as right only under the project's one rule for "exact",
+:func:`lengthgen.decode.decided_argmax`: the correct logit must beat every other logit by more
+than :data:`lengthgen.decode.DECISION_MARGIN` (a tie or near-tie is wrong). *Exact match*: every
+answer token (zero-padded digits included) and the final EOS are right; with decided predictions
+this equals greedy decoding's exact match (induction over the decoding steps). *Token accuracy*:
+right answer/EOS tokens over all of them. The test set at length n has n-digit (first) operands,
+drawn from a generator seeded by ``(seed, n)``, so every model sees the same examples; coupled IDs
+start at the task's evaluation start (s = 2 for addition, the construction's start).
 
-``--checkpoint construction`` evaluates the Theorem 5.1 construction
-(``constructions.addition.build_model``) through the same code; it should score 100%.
+Any checkpoint works: a run directory, a checkpoint directory, a weight file, or a name registered
+in the entry-point group ``lengthgen.checkpoints`` (``construction``: Theorem 5.1's model, built
+with a position table that holds the requested lengths; see :func:`lengthgen.runs.load_checkpoint`).
+The task and position scheme are read from the checkpoint. Long inputs go through the model's
+O(N·d) attention path, and rows are batched so one batch stays within ``--max-memory``.
 """
 from __future__ import annotations
 
@@ -24,53 +30,65 @@ from typing import Any
 import numpy as np
 import torch
 
-from .data import DataError, check_digits, eval_batch, parse_digit_range
-from .model import Transformer
+from . import task_batches
 from .cli import run_cli
-from .runs import OneLineParser, RunError, fail, load_trained, write_json
+from .data import DataError, parse_digit_range
+from .decode import decided_argmax
+from .model import DENSE_ENTRIES_LIMIT, Transformer
+from .runs import OneLineParser, RunError, fail, load_checkpoint, write_json
 
 PROG = "python -m lengthgen.evaluate"
-CONSTRUCTION = "construction"
-DEFAULT_SEED = 999  # the authors' evaluation seed (evaluate_model.py: set_seed(999))
+DEFAULT_SEED = 999  # the authors' evaluation seed
+DEFAULT_MAX_MEMORY_MIB = 1024
 
 
 def load_for_eval(checkpoint: str, max_digits: int, device: str = "cpu") -> tuple[Transformer, dict[str, Any]]:
-    """The model behind ``checkpoint`` (a run/checkpoint path or ``construction``) and a description
-    ``{"name", "positions", "train_digits", "path"}``."""
-    if checkpoint == CONSTRUCTION:
-        from constructions.addition import build_model
+    """The model behind ``checkpoint`` (a path or a registered name) and a description
+    ``{"name", "task", "positions", "train_digits", "kind", "path"}``."""
+    model, notes, source = load_checkpoint(checkpoint, max_digits, device=device)
+    return model, {"name": notes.get("name", str(checkpoint)), "task": notes.get("task", "addition"),
+                   "positions": notes["positions"], "train_digits": notes.get("train_digits"),
+                   "kind": notes.get("kind", "trained"), "path": str(source)}
 
-        model, meta = build_model(n_digits=max_digits, device=device)
-        return model, {"name": "Theorem 5.1 construction", "positions": "coupled", "train_digits": None,
-                       "path": CONSTRUCTION, "d_model": meta["d_model"]}
-    model, notes, wp = load_trained(checkpoint, device=device)
-    if notes.get("task", "addition") != "addition":
-        raise RunError(f"{wp}: trained on task {notes.get('task')!r}; only addition can be evaluated")
-    return model, {"name": str(checkpoint), "positions": notes["positions"],
-                   "train_digits": notes.get("train_digits"), "path": str(wp)}
+
+def bytes_per_row(model: Transformer, seq_len: int) -> int:
+    """A generous estimate of the memory one row of ``seq_len`` tokens takes in a forward pass:
+    the residual stream, queries/keys/values, the MLP activations, and the T×T scores and pattern
+    when the model takes its dense attention path (short inputs only)."""
+    c = model.cfg
+    item = torch.empty(0, dtype=c.torch_dtype).element_size()
+    per_token = item * (6 * c.d_model + 5 * c.n_heads * c.d_head + 2 * c.d_mlp + 2 * c.d_vocab_out) * c.n_layers
+    dense = 3 * item * c.n_heads * seq_len * seq_len if seq_len * seq_len <= DENSE_ENTRIES_LIMIT else 0
+    return seq_len * (per_token + 128) + dense * c.n_layers  # 128: token/position arrays and layout temporaries
+
+
+def rows_per_batch(model: Transformer, seq_len: int, batch_size: int, max_memory: int) -> int:
+    """At most ``batch_size`` rows, fewer when their estimated memory would pass ``max_memory`` bytes."""
+    return max(1, min(batch_size, max_memory // max(1, bytes_per_row(model, seq_len))))
 
 
 @torch.inference_mode()
-def score_batch(model: Transformer, tokens: torch.Tensor, pos: torch.Tensor | None, n: int
+def score_batch(model: Transformer, tokens: torch.Tensor, pos: torch.Tensor | None, first: int
                 ) -> tuple[np.ndarray, np.ndarray, float]:
-    """Per-row exact match and number of right answer tokens for rows of one operand length ``n``,
-    and the summed cross-entropy of the answer tokens."""
-    first = 2 * n + 2  # index of '=': its prediction is the first answer digit
+    """Per-row exact match and number of right answer tokens for rows whose answer predictions
+    start at index ``first`` (the token before the first answer token) and run to the end, and the
+    summed cross-entropy of the answer tokens. "Right" is :func:`decided_argmax` equal to the target."""
     logits = model(tokens[:, :-1], None if pos is None else pos[:, :-1], logits_from=first)
     targets = tokens[:, first + 1 :]
-    right = logits.argmax(-1) == targets
+    right = decided_argmax(logits) == targets
     loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).double(), targets.flatten(), reduction="sum")
     return right.all(dim=1).cpu().numpy(), right.sum(dim=1).cpu().numpy(), float(loss)
 
 
-def evaluate(model: Transformer, positions: str, digits: list[int], samples: int, *, seed: int = DEFAULT_SEED,
-             batch_size: int = 500, progress: bool = False, what: str = "this model") -> list[dict[str, Any]]:
-    """``[{"n", "exact_match", "token_accuracy", "loss", "samples"}]`` for every length in ``digits``
-    (``loss``: mean cross-entropy per answer token)."""
+def evaluate(model: Transformer, positions: str, digits: list[int], samples: int, *, task: str = "addition",
+             seed: int = DEFAULT_SEED, batch_size: int = 500, max_memory: int = DEFAULT_MAX_MEMORY_MIB << 20,
+             progress: bool = False, what: str = "this model") -> list[dict[str, Any]]:
+    """``[{"n", "exact_match", "token_accuracy", "loss", "samples", "batch_size"}]`` for every
+    length in ``digits`` (``loss``: mean cross-entropy per answer token)."""
     device = model.device
     table = model.cfg.n_ctx if model.cfg.positional == "learned" else 1
     for n in digits:
-        check_digits(positions, table, n, what)
+        task_batches.check_digits(task, positions, table, n, what)
     model.eval()
     bar = None
     if progress:
@@ -81,18 +99,22 @@ def evaluate(model: Transformer, positions: str, digits: list[int], samples: int
     try:
         for n in digits:
             rng = np.random.default_rng([seed, n])
-            em_total, tok_total, loss_total, done = 0, 0, 0.0, 0
+            rows_at_once = rows_per_batch(model, task_batches.sequence_length(task, n), batch_size, max_memory)
+            em_total, tok_total, answer_tokens, loss_total, done = 0, 0, 0, 0.0, 0
             while done < samples:
-                size = min(batch_size, samples - done)
-                tokens, pos, _ = eval_batch(rng, size, n, positions).to_torch(device)
-                em, tok, loss = score_batch(model, tokens, pos, n)
+                size = min(rows_at_once, samples - done)
+                batch = task_batches.eval_batch(task, rng, size, n, positions)
+                first = int(np.argmax(batch.loss_mask[0]))  # every row of one length shares the layout
+                tokens, pos, _ = batch.to_torch(device)
+                em, tok, loss = score_batch(model, tokens, pos, first)
                 em_total, tok_total, done = em_total + int(em.sum()), tok_total + int(tok.sum()), done + size
+                answer_tokens += size * (tokens.shape[1] - 1 - first)
                 loss_total += loss
                 if bar is not None:
                     bar.update(size)
                     bar.set_postfix(n=n, em=f"{em_total / done:.3f}", refresh=False)
-            rows.append({"n": n, "exact_match": em_total / samples, "token_accuracy": tok_total / (samples * (n + 2)),
-                         "loss": round(loss_total / (samples * (n + 2)), 6), "samples": samples})
+            rows.append({"n": n, "exact_match": em_total / samples, "token_accuracy": tok_total / answer_tokens,
+                         "loss": round(loss_total / answer_tokens, 6), "samples": samples, "batch_size": rows_at_once})
     finally:
         if bar is not None:
             bar.close()
@@ -100,17 +122,17 @@ def evaluate(model: Transformer, positions: str, digits: list[int], samples: int
 
 
 @torch.inference_mode()
-def mean_attention(model: Transformer, positions: str, n: int, samples: int, *, seed: int = DEFAULT_SEED,
-                   batch_size: int = 500) -> tuple[np.ndarray, np.ndarray]:
-    """Attention probabilities ``[layers, heads, T, T]`` averaged over ``samples`` n-digit
-    additions (teacher-forced, full sequence incl. the final EOS; authors' attention_matrix.py,
-    design note §4.1), and the tokens of the first sample."""
-    check_digits(positions, model.cfg.n_ctx if model.cfg.positional == "learned" else 1, n)
+def mean_attention(model: Transformer, positions: str, n: int, samples: int, *, task: str = "addition",
+                   seed: int = DEFAULT_SEED, batch_size: int = 500) -> tuple[np.ndarray, np.ndarray]:
+    """Attention probabilities ``[layers, heads, T, T]`` averaged over ``samples`` test examples
+    of length n (teacher-forced, full sequence incl. the final EOS, as in the authors' attention
+    maps), and the tokens of the first sample."""
+    task_batches.check_digits(task, positions, model.cfg.n_ctx if model.cfg.positional == "learned" else 1, n)
     rng = np.random.default_rng([seed, n])
     total, done, first = None, 0, None
     while done < samples:
         size = min(batch_size, samples - done)
-        batch = eval_batch(rng, size, n, positions)
+        batch = task_batches.eval_batch(task, rng, size, n, positions)
         tokens, pos, _ = batch.to_torch(model.device)
         _, cache = model(tokens, pos, return_cache=True)
         att = torch.stack([cache[f"blocks.{l}.attn.hook_pattern"].double().sum(0) for l in range(model.cfg.n_layers)])
@@ -122,7 +144,8 @@ def mean_attention(model: Transformer, positions: str, n: int, samples: int, *, 
 
 def format_table(desc: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     trained = f", trained on {desc['train_digits']} digits" if desc.get("train_digits") else ""
-    lines = [f"{desc['name']} ({desc['positions']} positions{trained}); teacher-forced argmax",
+    lines = [f"{desc['name']} ({desc.get('task', 'addition')}, {desc['positions']} positions{trained}); "
+             "teacher-forced, decided argmax",
              f"{'digits':>6}  {'exact match':>11}  {'token acc':>9}  {'samples':>7}"]
     for r in rows:
         lines.append(f"{r['n']:>6}  {100 * r['exact_match']:>10.2f}%  {100 * r['token_accuracy']:>8.2f}%  {r['samples']:>7}")
@@ -130,14 +153,18 @@ def format_table(desc: dict[str, Any], rows: list[dict[str, Any]]) -> str:
 
 
 def parser() -> OneLineParser:
-    p = OneLineParser(prog=PROG, description="Exact match / token accuracy per operand length (teacher-forced "
-                      "argmax, authors-training-setup.md §5) of a trained checkpoint or the Theorem 5.1 construction.")
+    p = OneLineParser(prog=PROG, description="Exact match / token accuracy per operand length (teacher-forced, "
+                      "a prediction counts only if it wins by a margin; docs/training.md) of any lengthgen checkpoint.")
     p.add_argument("--checkpoint", required=True,
-                   help="run directory, checkpoint directory or .safetensors file; or 'construction'")
+                   help="run directory, checkpoint directory or weight file; or a registered name such as "
+                        "'construction' (Theorem 5.1's model)")
     p.add_argument("--digits", default="1-15", help="operand lengths, e.g. 1-15 or 6")
-    p.add_argument("--samples", type=int, default=1000, help="additions per length")
+    p.add_argument("--samples", type=int, default=1000, help="test examples per length")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="test-set seed (same additions for every model)")
-    p.add_argument("--batch-size", type=int, default=500)
+    p.add_argument("--batch-size", type=int, default=500, help="most rows per forward pass (the test set is "
+                   "drawn in batches of this size, or fewer where --max-memory requires)")
+    p.add_argument("--max-memory", type=int, default=DEFAULT_MAX_MEMORY_MIB,
+                   help="MiB one batch may take (estimated); long operands are evaluated a few rows at a time")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--out", help="also write the JSON result to this file")
     p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
@@ -155,21 +182,24 @@ def _main(argv: list[str] | None) -> int:
     args = parser().parse_args(argv)
     try:
         lo, hi = parse_digit_range(args.digits)
-        if args.samples < 1 or args.batch_size < 1 or args.threads < 1:
-            raise DataError("--samples, --batch-size and --threads must be at least 1")
+        if min(args.samples, args.batch_size, args.threads, args.max_memory) < 1:
+            raise DataError("--samples, --batch-size, --max-memory and --threads must be at least 1")
         if args.out and Path(args.out).exists() and not args.force:
             raise RunError(f"{args.out} already exists; use --force to overwrite it")
         if args.device.startswith("cuda") and not torch.cuda.is_available():
             raise RunError("--device cuda, but CUDA is not available")
         torch.set_num_threads(args.threads)
         model, desc = load_for_eval(args.checkpoint, hi, device=args.device)
-        rows = evaluate(model, desc["positions"], list(range(lo, hi + 1)), args.samples, seed=args.seed,
-                        batch_size=args.batch_size, progress=not args.no_progress, what=str(args.checkpoint))
+        rows = evaluate(model, desc["positions"], list(range(lo, hi + 1)), args.samples, task=desc["task"],
+                        seed=args.seed, batch_size=args.batch_size, max_memory=args.max_memory << 20,
+                        progress=not args.no_progress, what=str(args.checkpoint))
+        result = {**desc, "seed": args.seed, "results": rows}
+        if args.out:
+            write_json(Path(args.out), result)
     except (DataError, RunError, ValueError) as exc:
         return fail(PROG, str(exc))
-    result = {**desc, "seed": args.seed, "results": rows}
-    if args.out:
-        write_json(Path(args.out), result)
+    except OSError as exc:
+        return fail(PROG, f"cannot write --out {args.out}: {exc.strerror or exc}")
     print(json.dumps(result, indent=1) if args.json else format_table(desc, rows))
     return 0
 

@@ -1,7 +1,7 @@
 """Random initialisation for :class:`~lengthgen.model.Transformer` (whose parameters start at zero).
 
 Hand-set constructions fill the zero parameters themselves; experiments that need a *generic* model
-(e.g. the Proposition 5.2 counterexample search, theorem-5-1-addition.md §5) call
+(e.g. the Proposition 5.2 counterexample search, docs/proposition-5-2.md) call
 :func:`init_random_`, which is deterministic for a given seed and independent of torch's global RNG.
 Training (``lengthgen.train``) starts from :func:`init_weights_` (GPT-2 style), optionally with a
 sinusoidal position table (:func:`sinusoidal_table`).
@@ -81,7 +81,7 @@ __all__ = ["init_random_", "random_transformer"]
 
 
 def sinusoidal_table(n_positions: int, d_model: int) -> torch.Tensor:
-    """Vaswani et al. 2017 §3.5: row p = (sin(p·ω_i), cos(p·ω_i))_i with ω_i = 10000^(−2i/d).
+    """Vaswani et al. 2017, Section 3.5: row p = (sin(p·ω_i), cos(p·ω_i))_i with ω_i = 10000^(−2i/d).
 
     Used only as an *initialization* of the learned table (``--pos-init sinusoidal``): a shift of
     the position ID is then one rotation of each frequency pair, the same for every ID."""

@@ -1,27 +1,26 @@
-"""Figures of issue 6: attention maps (construction vs trained) and length generalization.
+"""Figures: attention maps (a construction vs a trained model) and length generalization.
 
-    python -m lengthgen.plot attention --construction addition --checkpoint runs/NAME --digits 6 \\
+    python -m lengthgen.plot attention --construction construction --checkpoint runs/NAME --digits 6 \\
         --samples 1000 --out figures/attention_addition.png
     python -m lengthgen.plot length --checkpoint coupled=runs/A --checkpoint ape=runs/B \\
-        --checkpoint nope=runs/C --construction addition --digits 1-15 --out figures/length_generalization.png
-    python -m lengthgen.plot all [--force]      # every figure from the committed checkpoints/
+        --checkpoint nope=runs/C --construction construction --digits 1-15 --out figures/length_generalization.png
+    python -m lengthgen.plot all [--construction DIR] [--force]   # every figure from the committed checkpoints/
 
-Each figure is written as PNG and PDF (same stem). Existing outputs are never overwritten without
-``--force``. Plot conventions: authors-training-setup.md §4 (attention) and the paper's Figure 1
-(exact match vs operand length, trained range shaded).
+Every model is a checkpoint (a path, or a name registered in the entry-point group
+``lengthgen.checkpoints``; ``construction`` is Theorem 5.1's model, and
+``python -m constructions.addition export DIR`` writes it as a directory). Each figure is written
+as PNG and PDF (same stem). Existing outputs are never overwritten without ``--force``. The
+figures and their captions are described in docs/training.md.
 """
 from __future__ import annotations
 
-import importlib.util
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from .data import DataError, parse_digit_range
+from .decode import DECISION_MARGIN
 from .evaluate import DEFAULT_SEED, evaluate, load_for_eval, mean_attention
 from .plot_attention import match_heads, attention_figure
 from .cli import run_cli
@@ -29,6 +28,7 @@ from .runs import OneLineParser, RunError, fail, read_json, write_json
 
 PROG = "python -m lengthgen.plot"
 ROOT = Path(__file__).resolve().parents[2]
+CONSTRUCTION = "construction"  # the registered name of Theorem 5.1's model (pyproject entry points)
 DEFAULT_CHECKPOINTS = {  # label -> committed checkpoint (all 1 layer, 2 heads, d_model 128, trained on 1-5 digits)
     "coupling, packed rows": "checkpoints/addition_coupled_1l2h_packed",
     "coupling, packed rows, q·k/√d": "checkpoints/addition_coupled_1l2h_packed_scaled",
@@ -37,11 +37,14 @@ DEFAULT_CHECKPOINTS = {  # label -> committed checkpoint (all 1 layer, 2 heads, 
     "plain APE": "checkpoints/addition_ape_1l2h",
     "NoPE": "checkpoints/addition_nope_1l2h",
 }
-VARIANT_STYLES = [  # (line style, hollow marker) of the 1st, 2nd, ... model of one position scheme
-    ("-", False), ("-.", True), (":", False), ((0, (1, 3)), True),
+#: (colour, marker, line style) for the 1st, 2nd, ... trained model: the Okabe–Ito colour-blind-safe
+#: palette (yellow left out: too pale on white), each colour with its own marker and dash pattern
+MODEL_STYLES = [
+    ("#0072B2", "o", "-"), ("#56B4E9", "s", "--"), ("#009E73", "D", "-."), ("#E69F00", "v", ":"),
+    ("#D55E00", "p", "-"), ("#CC79A7", "P", "--"), ("#999999", "X", "-."),
 ]
-COLORS = {"coupled": "#d95f02", "ape": "#1b9e77", "nope": "#7570b3", "construction": "#333333", "hard-alibi": "#e7298a"}
-MARKERS = {"coupled": "o", "ape": "s", "nope": "^", "construction": "*", "hard-alibi": "D"}
+CONSTRUCTION_STYLE = ("#000000", "*", "--")
+DODGE = 0.09  # horizontal offset between neighbouring models' markers (lengths are integers)
 
 
 def outputs(out: str | Path) -> list[Path]:
@@ -83,56 +86,65 @@ def train_info(checkpoint: str) -> dict[str, Any]:
     return {}
 
 
-def attention_command(checkpoint: str, n: int, samples: int, out: str | Path, force: bool, seed: int = DEFAULT_SEED,
-                      log=print) -> dict[str, Any]:
-    """Build the attention figure; returns the head matching (printed through ``log``)."""
-    from constructions.addition import HEAD_NAMES, build_model
-
+def attention_command(construction: str, checkpoint: str, n: int, samples: int, out: str | Path, force: bool,
+                      seed: int = DEFAULT_SEED, log=print) -> dict[str, Any]:
+    """Build the attention figure of ``construction`` beside ``checkpoint`` (both any checkpoint of
+    the addition task); returns the head matching (also printed through ``log``)."""
     paths = outputs(out)
     check_free(paths, force)
+    cons, cons_desc = load_for_eval(construction, n)
     trained, desc = load_for_eval(checkpoint, n)
-    if trained.cfg.n_layers * trained.cfg.n_heads < 2:
-        raise RunError(f"{checkpoint}: the trained model has fewer heads than the construction (2)")
-    cons, _ = build_model(n_digits=n)
-    cons_att, example = mean_attention(cons, "coupled", n, samples, seed=seed)
+    for d, what in ((cons_desc, construction), (desc, checkpoint)):
+        if d["task"] != "addition":
+            raise RunError(f"{what}: attention maps are drawn for addition models, not {d['task']}")
+    head_names = tuple(cons.annotations.head_names or [f"head {h + 1}" for h in range(cons.cfg.n_heads)])
+    if cons.cfg.n_layers != 1:
+        raise RunError(f"{construction}: the reference model must have 1 layer, it has {cons.cfg.n_layers}")
+    if trained.cfg.n_layers * trained.cfg.n_heads < cons.cfg.n_heads:
+        raise RunError(f"{checkpoint}: the trained model has fewer heads than the reference ({cons.cfg.n_heads})")
+    cons_att, example = mean_attention(cons, cons_desc["positions"], n, samples, seed=seed)
     tr_att, example2 = mean_attention(trained, desc["positions"], n, samples, seed=seed)
-    assert (example == example2).all(), "construction and trained model must see the same inputs"
+    if not (example == example2).all():
+        raise RunError("the two models were probed on different inputs")
     matches = match_heads(cons_att[0], tr_att, n)
     for m in matches:
-        log(m.describe(HEAD_NAMES))
-    from .tasks import ADDITION
-
-    ex = ADDITION.decode(example)
-    scale = ("q·k/√d_head" if trained.cfg.attn_scale is None else "unscaled q·k" if trained.cfg.attn_scale == 1
-             else f"q·k/{trained.cfg.attn_scale:g}")
+        log(m.describe(head_names))
     pack = train_info(checkpoint).get("pack")
-    rows = f", {pack:.0%} of rows packed with two problems" if pack else ""
-    name = (f"trained {trained.cfg.n_layers}-layer {trained.cfg.n_heads}-head model ({desc['positions']} positions, "
-            f"trained on {desc['train_digits']} digits{rows}, scores {scale})")
-    fig = attention_figure(cons_att[0], tr_att, n, matches, HEAD_NAMES, name, f"{ex} (one of {samples})")
+    rows = "" if pack is None else ", packed rows" if pack else ", one problem per row"
+    title = (f"Mean attention over {samples} {n}-digit additions: {cons_desc['name']} vs "
+             f"trained {trained.cfg.n_layers}-layer {trained.cfg.n_heads}-head model{rows}")
+    fig = attention_figure(cons_att[0], tr_att, n, matches, head_names, title)
     save_figure(fig, paths)
     log(f"wrote {', '.join(map(str, paths))}")
-    return {"digits": n, "samples": samples, "checkpoint": checkpoint,
-            "matching": [{"construction_head": HEAD_NAMES[m.head], "trained_layer": m.layer + 1,
+    scale = ("q·k/√d_head" if trained.cfg.attn_scale is None else "unscaled q·k" if trained.cfg.attn_scale == 1
+             else f"q·k/{trained.cfg.attn_scale:g}")
+    from .tasks import ADDITION
+
+    return {"digits": n, "samples": samples, "checkpoint": checkpoint, "reference": cons_desc["name"],
+            "trained": {"positions": desc["positions"], "train_digits": desc["train_digits"], "scores": scale,
+                        "pack": pack},
+            "example_input": ADDITION.decode(example),
+            "matching": [{"construction_head": head_names[m.head], "trained_layer": m.layer + 1,
                           "trained_head": m.trained_head + 1, "cosine_answer_rows": round(m.answer_similarity, 4),
                           "cosine_all_rows": round(m.full_similarity, 4)} for m in matches]}
 
 
-def measure(models: dict[str, str], construction: bool, digits: list[int], samples: int, seed: int,
-            progress: bool) -> dict[str, Any]:
-    """Evaluate each ``label -> checkpoint`` (and the construction) on ``digits``."""
-    entries: dict[str, Any] = {}
-    items = list(models.items()) + ([("Theorem 5.1 construction", "construction")] if construction else [])
-    for label, ck in items:
-        model, desc = load_for_eval(ck, max(digits))
-        limit = None
-        if model.cfg.positional == "learned":
-            from .data import table_digits
+def measure(models: list[tuple[str | None, str]], digits: list[int], samples: int, seed: int, progress: bool
+            ) -> dict[str, Any]:
+    """Evaluate each ``(label, checkpoint)`` on the ``digits`` its position table holds (a label of
+    ``None`` takes the name the checkpoint carries)."""
+    from . import task_batches
 
-            limit = table_digits(desc["positions"], model.cfg.n_ctx)
+    entries: dict[str, Any] = {}
+    for label, ck in models:
+        model, desc = load_for_eval(ck, max(digits))
+        label = label or desc["name"]
+        table = model.cfg.n_ctx if model.cfg.positional == "learned" else 1
+        limit = task_batches.table_digits(desc["task"], desc["positions"], table)
         usable = [n for n in digits if limit is None or n <= limit]
-        rows = evaluate(model, desc["positions"], usable, samples, seed=seed, progress=progress, what=ck)
-        entries[label] = {"checkpoint": ck, "positions": "construction" if ck == "construction" else desc["positions"],
+        rows = evaluate(model, desc["positions"], usable, samples, task=desc["task"], seed=seed, progress=progress,
+                        what=ck)
+        entries[label] = {"checkpoint": ck, "task": desc["task"], "positions": desc["positions"], "kind": desc["kind"],
                           "train_digits": desc["train_digits"], "results": rows,
                           "params": sum(p.numel() for p in model.parameters()), **train_info(ck)}
     return entries
@@ -149,16 +161,18 @@ def length_figure(entries: dict[str, Any], title: str, zoom_from: float = 90.0):
     for ax, (y_lo, y_hi) in zip(axes, [(-3, 104), (zoom_from, 100.4)]):
         for i, (lo, hi) in enumerate(spans):
             ax.axvspan(lo - 0.5, hi + 0.5, color="0.88", zorder=0, label="trained lengths" if i == 0 else None)
-        seen: dict[str, int] = {}
+        trained = [label for label, e in entries.items() if e.get("kind") != "construction"]
         for label, e in entries.items():
-            kind = e["positions"]
-            variant = seen[kind] = seen.get(kind, -1) + 1
-            ls, hollow = VARIANT_STYLES[variant % len(VARIANT_STYLES)]
-            xs = [r["n"] for r in e["results"]]
+            if e.get("kind") == "construction":
+                (color, marker, ls), dx, size = CONSTRUCTION_STYLE, 0.0, 11
+            else:
+                i = trained.index(label)
+                (color, marker, ls), size = MODEL_STYLES[i % len(MODEL_STYLES)], 6.5
+                dx = (i - (len(trained) - 1) / 2) * DODGE
+            xs = [r["n"] + dx for r in e["results"]]
             ys = [100 * r["exact_match"] for r in e["results"]]
-            ax.plot(xs, ys, marker=MARKERS.get(kind, "o"), color=COLORS.get(kind), label=label, lw=1.9,
-                    ms=10 if kind == "construction" else 6, alpha=1.0 if variant == 0 else 0.8,
-                    ls="--" if kind == "construction" else ls, mfc="white" if hollow else None, zorder=3)
+            ax.plot(xs, ys, marker=marker, color=color, label=label, lw=1.8, ms=size, ls=ls,
+                    mec="black" if e.get("kind") != "construction" else color, mew=0.6, zorder=3)
         ax.set_xticks(all_n)
         ax.set_xlim(min(all_n) - 0.6, max(all_n) + 0.6)
         ax.set_ylim(y_lo, y_hi)
@@ -166,67 +180,58 @@ def length_figure(entries: dict[str, Any], title: str, zoom_from: float = 90.0):
         ax.tick_params(labelsize=10.5)
         ax.grid(alpha=0.3, zorder=1)
     axes[0].set_ylabel("exact match (%)", fontsize=12)
-    axes[0].set_title(title, fontsize=12, loc="left")
-    axes[1].set_title(f"zoom: {zoom_from:g}–100 %", fontsize=12)
+    fig.suptitle(title, fontsize=13)
+    axes[0].set_title("all lengths", fontsize=11)
+    axes[1].set_title(f"zoom on {zoom_from:g}–100 %", fontsize=11)
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, fontsize=10.5, loc="lower center", ncol=4, frameon=False)
     fig.tight_layout(rect=(0, 0.13, 1, 1))
     return fig
 
 
-def length_command(models: dict[str, str], construction: bool, digits: list[int], samples: int, out: str | Path,
+def length_command(models: list[tuple[str | None, str]], digits: list[int], samples: int, out: str | Path,
                    force: bool, seed: int = DEFAULT_SEED, progress: bool = True, log=print) -> dict[str, Any]:
     paths = outputs(out)
     check_free(paths, force)
-    entries = measure(models, construction, digits, samples, seed, progress)
+    entries = measure(models, digits, samples, seed, progress)
     width = max(map(len, entries)) + 1
     for label, e in entries.items():
         log(f"{label:<{width}} " + " ".join(f"{r['n']}:{100 * r['exact_match']:.1f}" for r in e["results"]))
-    fig = length_figure(entries, f"Addition: exact match vs operand length (teacher-forced, {samples} samples per length)")
+    fig = length_figure(entries, f"Addition: exact match vs operand length ({samples} test additions per length)")
     save_figure(fig, paths)
     log(f"wrote {', '.join(map(str, paths))}")
     return {"samples": samples, "seed": seed, "models": entries}
 
 
-def precision_figure(out_dir: Path, log=print) -> str:
-    """``precision.png`` via ``python -m constructions.addition.certify precision`` (another engineer's
-    module: it redraws the figure from its cached ``figures/precision.json``) when that exists."""
-    if importlib.util.find_spec("constructions.addition.certify") is None:
-        log("skipped precision.png: constructions.addition.certify does not exist")
-        return "skipped (constructions.addition.certify missing)"
-    cmd = [sys.executable, "-m", "constructions.addition.certify", "precision", "--figure", str(out_dir / "precision.png")]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH")]))}
-    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
-    tail = (res.stdout + res.stderr).strip().splitlines()[-1:] or [""]
-    log(f"python -m constructions.addition.certify precision: exit {res.returncode} {tail[0][:200]}")
-    return "ok" if res.returncode == 0 else f"failed (exit {res.returncode})"
-
-
-def parse_models(specs: list[str]) -> dict[str, str]:
-    models = {}
+def parse_models(specs: list[str]) -> list[tuple[str | None, str]]:
+    """``LABEL=PATH`` or ``PATH`` options as ``(label, path)`` pairs (label: the directory's name)."""
+    models = []
     for spec in specs:
         label, sep, path = spec.partition("=")
         if not sep:
             label, path = Path(spec).name, spec
         if not label or not path:
             raise RunError(f"bad --checkpoint {spec!r}; write LABEL=PATH or PATH")
-        models[label] = path
+        models.append((label, path))
     return models
 
 
 def parser() -> OneLineParser:
-    p = OneLineParser(prog=PROG, description="Figures of issue 6 (PNG + PDF): attention maps of the Theorem 5.1 "
-                      "construction vs a trained model, exact match vs operand length, or all of them.")
+    p = OneLineParser(prog=PROG, description="Figures (PNG + PDF): attention maps of a construction vs a trained "
+                      "model, exact match vs operand length, or all of them (docs/training.md). Every model is a "
+                      "checkpoint path or a registered name such as 'construction'.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     a = sub.add_parser("attention", help="construction vs trained attention maps, heads matched by similarity")
-    a.add_argument("--construction", default="addition", choices=("addition",), help="which construction")
+    a.add_argument("--construction", default=CONSTRUCTION,
+                   help="reference model: checkpoint path or registered name (default: construction, Theorem 5.1)")
     a.add_argument("--checkpoint", required=True, help="trained run/checkpoint (coupled positions for a like-for-like map)")
     a.add_argument("--digits", type=int, default=6, help="operand length of the probe additions")
     a.add_argument("--samples", type=int, default=1000)
     a.add_argument("--out", default="figures/attention_addition.png")
     ln = sub.add_parser("length", help="exact match vs operand length")
     ln.add_argument("--checkpoint", action="append", default=[], help="LABEL=PATH (repeatable)")
-    ln.add_argument("--construction", choices=("addition",), help="also evaluate the Theorem 5.1 construction")
+    ln.add_argument("--construction", help="also evaluate this construction (checkpoint path or registered name, "
+                    "e.g. construction)")
     ln.add_argument("--digits", default="1-15")
     ln.add_argument("--samples", type=int, default=1000)
     ln.add_argument("--out", default="figures/length_generalization.png")
@@ -234,6 +239,8 @@ def parser() -> OneLineParser:
     al = sub.add_parser("all", help="every figure and figures/results.json from the committed checkpoints/")
     al.add_argument("--out-dir", default=str(ROOT / "figures"))
     al.add_argument("--samples", type=int, default=1000)
+    al.add_argument("--construction", default=CONSTRUCTION,
+                    help="Theorem 5.1's model: a checkpoint directory (figures/regenerate.sh exports one) or registered name")
     for q in (a, ln, al):
         q.add_argument("--seed", type=int, default=DEFAULT_SEED)
         q.add_argument("--force", action="store_true", help="overwrite existing outputs")
@@ -255,26 +262,30 @@ def _main(argv: list[str] | None) -> int:
         if args.command == "attention":
             if args.digits < 1:
                 raise DataError("--digits must be at least 1")
-            attention_command(args.checkpoint, args.digits, args.samples, args.out, args.force, args.seed)
+            attention_command(args.construction, args.checkpoint, args.digits, args.samples, args.out, args.force,
+                              args.seed)
         elif args.command == "length":
             lo, hi = parse_digit_range(args.digits)
             if not args.checkpoint and not args.construction:
-                raise RunError("nothing to plot: give --checkpoint LABEL=PATH and/or --construction addition")
+                raise RunError("nothing to plot: give --checkpoint LABEL=PATH and/or --construction CHECKPOINT")
             if args.results and Path(args.results).exists() and not args.force:
                 raise RunError(f"{args.results} already exists; use --force to overwrite it")
-            res = length_command(parse_models(args.checkpoint), bool(args.construction), list(range(lo, hi + 1)),
-                                 args.samples, args.out, args.force, args.seed, not args.no_progress)
+            models = ([(None, args.construction)] if args.construction else []) + parse_models(args.checkpoint)
+            res = length_command(models, list(range(lo, hi + 1)), args.samples, args.out, args.force, args.seed,
+                                 not args.no_progress)
             if args.results:
                 write_json(Path(args.results), res)
         else:
-            return all_command(Path(args.out_dir), args.samples, args.seed, args.force, not args.no_progress)
+            return all_command(Path(args.out_dir), args.construction, args.samples, args.seed, args.force,
+                               not args.no_progress)
     except (DataError, RunError, ValueError) as exc:
         return fail(PROG, str(exc))
     return 0
 
 
-def all_command(out_dir: Path, samples: int, seed: int, force: bool, progress: bool) -> int:
-    """Regenerate every figure of issue 6 and ``results.json`` from the committed checkpoints."""
+def all_command(out_dir: Path, construction: str, samples: int, seed: int, force: bool, progress: bool) -> int:
+    """Regenerate the attention and length-generalization figures and ``results.json`` from the
+    committed checkpoints and ``construction``."""
     models = {label: str(ROOT / p) for label, p in DEFAULT_CHECKPOINTS.items()}
     missing = [p for p in models.values() if not Path(p).exists()]
     if missing:
@@ -287,18 +298,20 @@ def all_command(out_dir: Path, samples: int, seed: int, force: bool, progress: b
     attention = {}
     for fig_name, label in att_figs.items():
         print(f"{fig_name} ({label}):")
-        attention[fig_name] = attention_command(models[label], 6, samples, out_dir / fig_name, True, seed)
-    length = length_command(models, True, list(range(1, 16)), samples, out_dir / "length_generalization.png", True,
-                            seed, progress)
+        attention[fig_name] = attention_command(construction, models[label], 6, samples, out_dir / fig_name, True, seed)
+    length = length_command([(None, construction), *models.items()], list(range(1, 16)), samples,
+                            out_dir / "length_generalization.png", True, seed, progress)
     rel = lambda p: str(Path(p).relative_to(ROOT)) if str(p).startswith(str(ROOT)) else str(p)
     for e in length["models"].values():
-        e["checkpoint"] = rel(e["checkpoint"])
+        e["checkpoint"] = ("exported by python -m constructions.addition export" if e["kind"] == "construction"
+                           else rel(e["checkpoint"]))
     for att in attention.values():
         att["checkpoint"] = rel(att["checkpoint"])
-    precision = precision_figure(out_dir)
-    write_json(results, {"generated_by": "python -m lengthgen.plot all", "evaluation": "teacher-forced argmax, "
-                         "exact match = all answer digits and the final EOS right", "length_generalization": length,
-                         "attention": attention, "precision_figure": precision, "torch": torch.__version__})
+    write_json(results, {"generated_by": "python -m lengthgen.plot all (figures/regenerate.sh)",
+                         "evaluation": "teacher-forced; a prediction is right only if its logit beats every other "
+                                       "by more than lengthgen.decode.DECISION_MARGIN; exact match = every answer "
+                                       "digit and the final EOS right", "decision_margin": DECISION_MARGIN,
+                         "length_generalization": length, "attention": attention, "torch": torch.__version__})
     print(f"wrote {results}")
     return 0
 

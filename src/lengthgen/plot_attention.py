@@ -1,7 +1,6 @@
 """Attention maps of the Theorem 5.1 construction and of a trained model, side by side.
 
-Conventions of the authors' ``attention_matrix.py`` (authors-training-setup.md §4.1, design note
-theorem-5-1-addition.md §7): probabilities averaged over n-digit test additions (teacher-forced,
+Conventions of the authors' attention plots (docs/training.md, "Figures"): probabilities averaged over n-digit test additions (teacher-forced,
 coupled start s = 2 so every sample has the same positions), final EOS row/column dropped, query
 rows on the y-axis and key columns on the x-axis, one colour scale 0–1 (``YlOrBr_r``), values below
 0.01 masked in black, plus a zoom on the rows of ``=`` and the answer digits (the paper's magnified
@@ -86,10 +85,11 @@ def _heatmap(ax, att: np.ndarray, xlabels: list[str], ylabels: list[str], title:
 
 
 def attention_figure(construction: np.ndarray, trained: np.ndarray, n: int, matches: list[HeadMatch],
-                     head_names: tuple[str, ...], trained_name: str, example: str):
+                     head_names: tuple[str, ...], title: str):
     """Figure: per construction head, full maps (construction | matched trained head) and zooms
-    on the answer rows. ``construction`` is ``[H, T, T]``, ``trained`` ``[L, H', T, T]`` (EOS kept).
-    Axes are placed in inches so every panel keeps square cells and nothing overlaps."""
+    on the answer rows, under a one-line ``title`` (the rest belongs in the caption). ``construction``
+    is ``[H, T, T]``, ``trained`` ``[L, H', T, T]`` (EOS kept). Axes are placed in inches so every
+    panel keeps square cells and nothing overlaps."""
     import matplotlib.pyplot as plt
 
     T = 3 * n + 4  # without the final EOS
@@ -99,7 +99,7 @@ def attention_figure(construction: np.ndarray, trained: np.ndarray, n: int, matc
     fs = 9.0
     P, Z = 6.2, 6.2 * zoom_frac  # panel width = full-map height; zoom height
     left, gap_x, cbar_w, right = 0.75, 0.95, 0.22, 1.05
-    top, head_title, gap_mid, gap_end = 1.75, 0.6, 0.95, 0.55
+    top, head_title, gap_mid, gap_end = 0.75, 0.6, 0.95, 0.55
     block = head_title + P + gap_mid + Z + gap_end
     W = left + 2 * P + gap_x + 0.35 + cbar_w + right
     Hgt = top + len(matches) * block
@@ -112,7 +112,8 @@ def attention_figure(construction: np.ndarray, trained: np.ndarray, n: int, matc
     for k, m in enumerate(matches):
         y0 = top + k * block + head_title
         maps = [(construction[m.head], "construction", "construction"),
-                (trained[m.layer, m.trained_head], f"trained: layer {m.layer + 1}, head {m.trained_head + 1}", "trained")]
+                (trained[m.layer, m.trained_head], f"trained layer {m.layer + 1}, head {m.trained_head + 1} "
+                 f"(cosine {m.answer_similarity:.2f})", "trained")]
         for col, (att, who, short) in enumerate(maps):
             att = att[:T, :T]
             x = left + col * (P + gap_x)
@@ -128,9 +129,5 @@ def attention_figure(construction: np.ndarray, trained: np.ndarray, n: int, matc
     cb = fig.colorbar(im, cax=cax)
     cb.set_label(f"mean attention probability (black: < {MASK_BELOW})", fontsize=fs + 1.5)
     cb.ax.tick_params(labelsize=fs)
-    sims = "\n".join(f"{head_names[m.head]}  ↔  trained layer {m.layer + 1}, head {m.trained_head + 1}: cosine similarity "
-                     f"{m.answer_similarity:.2f} on the answer rows, {m.full_similarity:.2f} on all rows" for m in matches)
-    fig.suptitle(f"Theorem 5.1 construction vs {trained_name}\nattention averaged over {n}-digit additions, "
-                 f"example input {example.replace('$', chr(92) + '$')}\nheads matched automatically by similarity:\n{sims}",
-                 fontsize=fs + 3, y=1 - 0.15 / Hgt, va="top", linespacing=1.45)
+    fig.suptitle(title, fontsize=fs + 4, y=1 - 0.2 / Hgt, va="top")
     return fig

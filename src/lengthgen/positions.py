@@ -1,7 +1,7 @@
 """Position-ID rules. Positions are data handed to the model with the tokens.
 
-``coupled_addition_ids`` is the position-coupling rule of Cho et al. 2024 (§3, Figure 2) for the
-format ``$ a_{n-1}..a_0 + b_{n-1}..b_0 = c_0..c_n $`` (theorem-5-1-addition.md §1.2): equal
+``coupled_addition_ids`` is the position-coupling rule of Cho et al. 2024 (Section 3, Figure 2) for the
+format ``$ a_{n-1}..a_0 + b_{n-1}..b_0 = c_0..c_n $`` (docs/training.md, "Data formats"): equal
 significance shares an ID, ``+``/``=`` share one, ``$`` gets 0. With start ``s``:
 
     a_i, b_i, c_i  ->  s + n - 1 - i        +, =  ->  s + n        $  ->  0
@@ -41,7 +41,7 @@ def max_coupled_id(n: int, start: int = 2) -> int:
 
 
 def random_start(rng: np.random.Generator, n: int | np.ndarray, max_id: int, size: int | None = None) -> np.ndarray | int:
-    """Random start offset for training (the authors' "random shift", theorem-5-1-addition.md §1.2):
+    """Random start offset for training (the authors' "random shift"):
     uniform over ``2 .. max_id - n`` so every ID of the sequence lies in ``1 .. max_id``."""
     if np.any(max_id - np.asarray(n) < 2):
         raise ValueError(f"a position table with largest ID {max_id} cannot hold {n}-digit operands (needs {n + 2})")

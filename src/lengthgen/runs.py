@@ -1,4 +1,4 @@
-"""Run directories and checkpoints of trained models (issue 6, item 3), and the shared CLI parser.
+"""Run directories and checkpoints, the registry of named checkpoints, and the shared CLI parser.
 
 A run directory ``runs/NAME`` holds::
 
@@ -11,14 +11,24 @@ A run directory ``runs/NAME`` holds::
 Every file is written to a temporary name and renamed into place; a checkpoint directory is filled
 under a temporary name and renamed as a whole, then ``latest.json`` is switched to it. A crash at
 any point therefore leaves the previous checkpoint loadable. A committed checkpoint (e.g.
-``checkpoints/addition_coupled_1l2h/``) is just ``model.safetensors`` + ``run.json`` + ``summary.json``.
+``checkpoints/addition_coupled_1l2h/``) is just ``model.safetensors`` + ``run.json`` + ``summary.json``;
+:func:`write_checkpoint` writes that format for any model (a hand-built construction included).
+
+Named checkpoints: a package may register a model under a name in the entry-point group
+``lengthgen.checkpoints`` (pyproject ``[project.entry-points."lengthgen.checkpoints"]``). The entry
+point is a callable ``(max_digits: int, device: str) -> Transformer`` returning a model that carries
+the ``lengthgen.*`` notes of :func:`checkpoint_notes`. This library never imports such a package by
+name; :func:`load_checkpoint` finds it through the installed metadata only.
 """
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import sys
 import tempfile
+from dataclasses import replace
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +40,7 @@ from .weights import WeightFileError, load_model, save_model
 
 NOTE_PREFIX = "lengthgen."
 KEEP_CHECKPOINTS = 2
+CHECKPOINT_GROUP = "lengthgen.checkpoints"
 
 
 class RunError(ValueError):
@@ -177,8 +188,80 @@ def model_notes(model: Transformer) -> dict[str, str]:
     return {k[len(NOTE_PREFIX):]: v for k, v in model.annotations.notes.items() if k.startswith(NOTE_PREFIX)}
 
 
+def checkpoint_notes(*, task: str, positions: str, train_digits: str | None = None, name: str | None = None,
+                     kind: str = "trained") -> dict[str, str]:
+    """The ``lengthgen.*`` notes that make a weight file self-describing: the task, the position
+    scheme its inputs need, the trained operand lengths (none for a construction), a display name
+    and its kind (``trained`` or ``construction``)."""
+    notes = {"task": task, "positions": positions, "train_digits": train_digits, "name": name, "kind": kind}
+    return {NOTE_PREFIX + k: v for k, v in notes.items() if v is not None}
+
+
+def with_notes(model: Transformer, notes: dict[str, str]) -> Transformer:
+    """``model`` with ``notes`` added to its annotations (the model itself is shared, not copied)."""
+    model.annotations = replace(model.annotations, notes={**model.annotations.notes, **notes})
+    return model
+
+
+def write_checkpoint(directory: str | os.PathLike, model: Transformer, run: dict[str, Any],
+                     summary: dict[str, Any] | None = None, force: bool = False) -> Path:
+    """Write ``model`` as a checkpoint directory in the training-run format: ``model.safetensors``
+    (which must carry the notes of :func:`checkpoint_notes`), ``run.json`` (``run``: how the model
+    was made) and ``summary.json`` (``summary`` plus the parameter count). An existing directory is
+    replaced only with ``force`` and only if it is a checkpoint directory."""
+    out = Path(directory)
+    if "positions" not in model_notes(model):
+        raise RunError("the model carries no lengthgen.positions note; add checkpoint_notes(...) first")
+    if out.exists():
+        if not force:
+            raise RunError(f"{out} already exists; use --force to replace it")
+        if not out.is_dir() or not (out / "model.safetensors").is_file():
+            raise RunError(f"{out} exists and is not a checkpoint directory; refusing to replace it")
+    try:
+        save_model(model, out / "model.safetensors")
+        write_json(out / "run.json", {**run, "argv": sys.argv, "torch": torch.__version__})
+        write_json(out / "summary.json", {**(summary or {}), "params": sum(p.numel() for p in model.parameters())})
+    except OSError as exc:
+        raise RunError(f"cannot write {exc.filename or out}: {exc.strerror or exc}") from None
+    return out
+
+
+def registered_checkpoints() -> dict[str, EntryPoint]:
+    """Named checkpoints registered by installed packages (entry-point group ``lengthgen.checkpoints``)."""
+    return {ep.name: ep for ep in entry_points(group=CHECKPOINT_GROUP)}
+
+
+def load_checkpoint(spec: str | os.PathLike, max_digits: int, device: str = "cpu"
+                    ) -> tuple[Transformer, dict[str, str], str]:
+    """A model, its notes and where it came from, for a checkpoint path or a registered name.
+
+    A path that exists always wins; otherwise ``spec`` is looked up among
+    :func:`registered_checkpoints`, whose callable receives ``max_digits`` (the longest operands
+    the caller will give it) and ``device``."""
+    if Path(spec).exists():
+        return load_trained(spec, device=device)
+    registry = registered_checkpoints()
+    if str(spec) not in registry:
+        known = f"registered names: {', '.join(sorted(registry))}" if registry else (
+            "no names are registered; install the package (pip install -e .) to register 'construction', "
+            "or export one: python -m constructions.addition export DIR")
+        raise RunError(f"{spec}: no such checkpoint file or run directory, and no registered checkpoint of that name "
+                       f"({known})")
+    try:
+        factory = registry[str(spec)].load()
+        model = factory(max_digits=max_digits, device=device)
+    except (ImportError, AttributeError) as exc:
+        raise RunError(f"registered checkpoint {spec!r} cannot be loaded ({type(exc).__name__}: {exc})") from None
+    except ValueError as exc:
+        raise RunError(f"registered checkpoint {spec!r}: {exc}") from None
+    notes = model_notes(model)
+    if "positions" not in notes:
+        raise RunError(f"registered checkpoint {spec!r} returned a model without lengthgen.* notes")
+    return model.eval(), notes, f"{spec} (entry point {registry[str(spec)].value})"
+
+
 def load_trained(path: str | os.PathLike, device: str = "cpu") -> tuple[Transformer, dict[str, str], Path]:
-    """A trained model, its notes (``positions``, ``task``, ``train_digits``) and its weight file."""
+    """A saved model, its notes (``positions``, ``task``, ``train_digits``, ...) and its weight file."""
     wp = weights_path(path)
     try:
         model = load_model(wp, device=device)
@@ -186,6 +269,6 @@ def load_trained(path: str | os.PathLike, device: str = "cpu") -> tuple[Transfor
         raise RunError(str(exc)) from None
     notes = model_notes(model)
     if "positions" not in notes:
-        raise RunError(f"{wp}: not a trained lengthgen model (no position scheme recorded in its metadata)")
+        raise RunError(f"{wp}: not a lengthgen checkpoint (no position scheme recorded in its metadata)")
     model.eval()
     return model, notes, wp

@@ -1,30 +1,29 @@
-"""Train small transformers on addition with coupled / APE / NoPE / Hard-ALiBi positions.
+"""Train small transformers on any task of lengthgen.tasks with coupled / APE / NoPE / Hard-ALiBi positions.
 
     python -m lengthgen.train --task addition --positions coupled --layers 1 --heads 2 \\
         --d-model 128 --train-digits 1-5 --steps 4000 --out runs/coupled_1l2h
 
-Recipe: the reduced CPU settings of authors-training-setup.md §3.3 — AdamW, betas (0.9, 0.95),
-weight decay 0, linear warm-up then cosine decay to 0.1×lr, gradient clipping 1.0, fresh batches
-sampled on the fly (:mod:`lengthgen.data`), learned position table of 18 rows for coupled IDs
-(``max_pos`` 17: evaluation up to 15 digits, as in the paper's attention-figure run). The model is
-the generic :class:`lengthgen.model.Transformer` (pre-LN, GELU, scaled attention, std-0.02 init —
-the "safer choice" of §3.3 rather than T5's quirks). Loss: cross-entropy on the answer digits and
-the final EOS (§1.2).
+Recipe (docs/training.md): a CPU-sized version of the paper's — AdamW, betas (0.9, 0.95), weight
+decay 0, linear warm-up then cosine decay to 0.1×lr, gradient clipping 1.0, fresh batches sampled
+on the fly (:mod:`lengthgen.task_batches`), a learned position table just long enough to evaluate
+``--max-digits`` digits. The model is the generic :class:`lengthgen.model.Transformer` (pre-LN,
+GELU, std-0.02 init). Loss: cross-entropy on the answer tokens and the final EOS.
 
 Checkpoints (:mod:`lengthgen.runs`) are written atomically every ``--checkpoint-every`` steps, at
-the end, and when the run is interrupted (Ctrl-C / SIGTERM). ``--resume`` continues from the latest
-checkpoint with the stored configuration and reproduces an uninterrupted run bit for bit (same
-device and thread count). An existing run directory is never touched without ``--resume`` or
-``--force``.
+the end, when ``--stop-after`` steps are done, and when the run is interrupted (Ctrl-C / SIGTERM).
+``run.json`` stores every setting that affects the numbers, the thread count and device included,
+so ``--resume`` reproduces an uninterrupted run bit for bit; a flag that contradicts the stored
+run is refused. An existing run directory is never touched without ``--resume`` or ``--force``.
 """
 from __future__ import annotations
 
+import argparse
 import math
 import shutil
 import signal
 import sys
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
@@ -32,138 +31,17 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .data import (
-    DataError, SCHEMES, check_pack_fits, packed_training_batch, parse_digit_range, table_size, training_batch,
-)
-from .init import init_weights_, sinusoidal_table
-from .model import Annotations, Transformer, TransformerConfig
+from . import task_batches
+from .data import DataError, SCHEMES, parse_digit_range
+from .decode import decided_argmax
+from .model import Transformer
 from .cli import run_cli
-from .runs import (
-    NOTE_PREFIX, OneLineParser, RunError, fail, latest_checkpoint, load_optimizer, read_json,
-    save_checkpoint, write_json,
-)
-from .tasks import get_task
+from .runs import OneLineParser, RunError, fail, latest_checkpoint, load_optimizer, read_json, save_checkpoint, write_json
+from .train_config import POS_INITS, TrainConfig, build_model, lr_at, make_optimizer  # noqa: F401  (public API)
 from .weights import WeightFileError, load_model, save_model
 
 PROG = "python -m lengthgen.train"
 INTERRUPTED = 130
-
-
-POS_INITS = ("normal", "sinusoidal")
-
-
-@dataclass
-class TrainConfig:
-    """Everything that determines a run (stored as ``run.json``)."""
-
-    task: str = "addition"
-    positions: str = "coupled"
-    layers: int = 1
-    heads: int = 2
-    d_model: int = 128
-    d_head: int | None = None  # default d_model // heads
-    d_mlp: int | None = None  # default 4 * d_model
-    act_fn: str = "gelu"
-    normalization: str | None = "LN"
-    window: int = 4  # Hard-ALiBi window of the first half of the heads
-    train_digits: str = "1-5"
-    max_digits: int = 15  # longest evaluable operand length (sets the position table)
-    steps: int = 4000
-    batch_size: int = 256
-    lr: float = 1e-3
-    min_lr_ratio: float = 0.1
-    warmup: float = 0.02  # fraction of steps
-    beta1: float = 0.9
-    beta2: float = 0.95
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
-    seed: int = 0
-    data_seed: int = 0
-    checkpoint_every: int = 500
-    log_every: int = 50
-    pos_lr_scale: float = 1.0  # learning-rate multiplier of W_pos
-    embed_std: float = 0.02  # init std of W_E and W_pos (the authors' T5 uses N(0, 1) for both)
-    pos_init: str = "normal"  # W_pos init: "normal" N(0, embed_std), or "sinusoidal" (same RMS), still learned
-    attn_scale: float | None = None  # None: sqrt(d_head); 1.0: unscaled scores (as in the authors' T5)
-    val_digits: str | None = None  # e.g. "6-15": exact match on these lengths logged every val_every steps
-    val_every: int = 250
-    val_samples: int = 200
-    keep_best: bool = False  # keep the weights with the lowest validation loss at the longest val length
-    pack: float = 0.0  # fraction of coupled training rows holding two additions (data.packed_training_batch)
-
-    def validate(self) -> None:
-        get_task(self.task)
-        if self.positions not in SCHEMES:
-            raise DataError(f"unknown position scheme {self.positions!r}; choose one of {', '.join(SCHEMES)}")
-        lo, hi = parse_digit_range(self.train_digits)
-        if self.positions in ("coupled", "ape") and hi > self.max_digits:
-            raise DataError(f"--train-digits {self.train_digits} exceeds --max-digits {self.max_digits}")
-        for name in ("layers", "heads", "d_model", "steps", "batch_size", "checkpoint_every", "log_every", "max_digits"):
-            if getattr(self, name) < 1:
-                raise DataError(f"--{name.replace('_', '-')} must be at least 1")
-        if self.lr <= 0 or not 0 <= self.min_lr_ratio <= 1 or not 0 <= self.warmup < 1:
-            raise DataError("need lr > 0, 0 <= min-lr-ratio <= 1 and 0 <= warmup < 1")
-        if self.keep_best and not self.val_digits:
-            raise DataError("--keep-best needs --val-digits")
-        if self.val_digits is not None:
-            vlo, vhi = parse_digit_range(self.val_digits)
-            if self.positions in ("coupled", "ape") and vhi > self.max_digits:
-                raise DataError(f"--val-digits {self.val_digits} exceeds --max-digits {self.max_digits}")
-        if self.pos_init not in POS_INITS:
-            raise DataError(f"unknown --pos-init {self.pos_init!r}; choose one of {', '.join(POS_INITS)}")
-        if not 0 <= self.pack <= 1:
-            raise DataError("--pack is a fraction of the training rows: 0 <= pack <= 1")
-        if self.pack and self.positions != "coupled":
-            raise DataError("--pack needs --positions coupled (two problems get disjoint coupled ID ranges)")
-        if self.pack:
-            check_pack_fits(hi, table_size(self.positions, self.max_digits))
-        if self.positions == "hard-alibi" and self.window < 1:
-            raise DataError("--window must be at least 1")
-
-    def model_config(self) -> TransformerConfig:
-        task = get_task(self.task)
-        windows = None
-        if self.positions == "hard-alibi":
-            windows = [self.window if h < max(1, self.heads // 2) else None for h in range(self.heads)]
-        return TransformerConfig(
-            d_vocab=len(task.vocab), d_model=self.d_model, n_layers=self.layers, n_heads=self.heads,
-            d_head=self.d_head or self.d_model // self.heads, d_mlp=self.d_mlp or 4 * self.d_model,
-            n_ctx=table_size(self.positions, self.max_digits),
-            positional="learned" if self.positions in ("coupled", "ape") else "none",
-            act_fn=self.act_fn, normalization=self.normalization, attn_windows=windows, attn_scale=self.attn_scale,
-        )
-
-
-def build_model(cfg: TrainConfig) -> Transformer:
-    """An untrained model for ``cfg`` (weights from :func:`init_weights_`), with ``lengthgen.*``
-    notes recording the task and position scheme so the weight file is self-describing."""
-    notes = {f"{NOTE_PREFIX}task": cfg.task, f"{NOTE_PREFIX}positions": cfg.positions,
-             f"{NOTE_PREFIX}train_digits": cfg.train_digits}
-    title = f"{cfg.task}, {cfg.positions} positions, {cfg.layers} layer(s) x {cfg.heads} heads, d={cfg.d_model}"
-    model = Transformer(cfg.model_config(), Annotations(vocab=list(get_task(cfg.task).vocab), notes=notes, title=title))
-    init_weights_(model, cfg.seed, embed_std=cfg.embed_std)
-    if cfg.pos_init == "sinusoidal" and cfg.positions in ("coupled", "ape"):
-        with torch.no_grad():
-            table = sinusoidal_table(model.cfg.n_ctx, model.cfg.d_model)
-            model.pos_embed.W_pos.copy_(table * cfg.embed_std * math.sqrt(2))  # RMS = embed_std
-    return model
-
-
-def lr_at(step: int, cfg: TrainConfig) -> float:
-    """Linear warm-up to ``lr`` then cosine decay to ``min_lr_ratio·lr`` (authors' custom_cosine)."""
-    warm = max(1, round(cfg.warmup * cfg.steps))
-    if step < warm:
-        return cfg.lr * (step + 1) / warm
-    progress = (step - warm) / max(1, cfg.steps - warm)
-    floor = cfg.min_lr_ratio
-    return cfg.lr * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
-
-
-def make_optimizer(model: Transformer, cfg: TrainConfig) -> torch.optim.Optimizer:
-    pos = [p for n, p in model.named_parameters() if n == "pos_embed.W_pos"]
-    rest = [p for n, p in model.named_parameters() if n != "pos_embed.W_pos"]
-    groups = [{"params": rest, "lr_scale": 1.0}] + ([{"params": pos, "lr_scale": cfg.pos_lr_scale}] if pos else [])
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay, eps=1e-8)
 
 
 def masked_loss(model: Transformer, tokens: torch.Tensor, pos: torch.Tensor | None, mask: torch.Tensor
@@ -173,8 +51,9 @@ def masked_loss(model: Transformer, tokens: torch.Tensor, pos: torch.Tensor | No
     targets = tokens[:, 1:]
     loss = F.cross_entropy(logits[mask], targets[mask])
     with torch.no_grad():
-        right = (logits.argmax(-1) == targets) | ~mask
-        tok_acc = ((logits.argmax(-1) == targets) & mask).sum() / mask.sum()
+        hit = decided_argmax(logits) == targets  # the project's one rule for "right" (lengthgen.decode)
+        right = hit | ~mask
+        tok_acc = (hit & mask).sum() / mask.sum()
         em = right.all(dim=1).float().mean()
     return loss, tok_acc, em
 
@@ -184,11 +63,11 @@ VAL_SEED = 12345  # validation additions; the test sets of lengthgen.evaluate us
 
 def validate(model: Transformer, cfg: TrainConfig) -> tuple[dict[str, float], float]:
     """Exact match per length on ``cfg.val_digits`` and the answer loss at the longest of them
-    (the authors' ``val_long`` criterion, authors-training-setup.md §3.1)."""
+    (the authors' model-selection criterion, docs/training.md)."""
     from .evaluate import evaluate
 
     lo, hi = parse_digit_range(cfg.val_digits or "1")
-    rows = evaluate(model, cfg.positions, list(range(lo, hi + 1)), cfg.val_samples, seed=VAL_SEED)
+    rows = evaluate(model, cfg.positions, list(range(lo, hi + 1)), cfg.val_samples, seed=VAL_SEED, task=cfg.task)
     return {str(r["n"]): round(r["exact_match"], 4) for r in rows}, rows[-1]["loss"]
 
 
@@ -217,16 +96,31 @@ class _StopFlag:
             signal.signal(sig, old)
 
 
+def stored_run(out: Path) -> dict[str, Any]:
+    """``run.json`` of the run in ``out``: ``config`` (a :class:`TrainConfig`) and ``runtime``
+    (``threads``, ``device``; absent in runs made before they were stored)."""
+    run = read_json(out / "run.json")
+    names = {f.name for f in fields(TrainConfig)}
+    unknown = sorted(set(run.get("config", {})) - names)
+    if unknown:
+        raise RunError(f"{out / 'run.json'}: settings this version cannot reproduce: {', '.join(unknown)}")
+    return run
+
+
 def train(cfg: TrainConfig, out: Path, *, resume: bool = False, stop_after: int | None = None,
           device: str = "cpu", progress: bool = True) -> int:
-    """Run (or resume) training into ``out``. Returns 0 when done, 130 when interrupted or
-    stopped by ``stop_after`` (steps in this invocation) with a checkpoint saved."""
+    """Run (or resume) training into ``out``. Returns 0 when done or stopped by ``stop_after``
+    (steps in this invocation; a checkpoint is saved), 130 when interrupted by a signal.
+
+    A new run records ``cfg``, ``device`` and the current ``torch.get_num_threads()`` in
+    ``run.json``; on ``resume`` the stored configuration is used (``cfg`` is ignored) and the
+    caller is expected to have restored the stored thread count (the CLI does)."""
     out = Path(out)
     if resume:
         ck = latest_checkpoint(out)
         if ck is None:
             raise RunError(f"{out}: nothing to resume (no checkpoint)")
-        cfg = TrainConfig(**read_json(out / "run.json")["config"])
+        cfg = TrainConfig(**stored_run(out)["config"])
         try:
             model = load_model(ck / "model.safetensors", device=device)
         except WeightFileError as exc:
@@ -235,7 +129,9 @@ def train(cfg: TrainConfig, out: Path, *, resume: bool = False, stop_after: int 
         load_optimizer(opt, ck / "optimizer.safetensors")
         state = read_json(ck / "state.json")
     else:
-        write_json(out / "run.json", {"config": asdict(cfg), "argv": sys.argv, "torch": torch.__version__})
+        runtime = {"threads": torch.get_num_threads(), "device": str(device)}
+        write_json(out / "run.json", {"config": asdict(cfg), "runtime": runtime, "argv": sys.argv,
+                                      "torch": torch.__version__})
         model = build_model(cfg).to(device)
         opt = make_optimizer(model, cfg)
         rng = np.random.default_rng(cfg.data_seed)
@@ -257,13 +153,12 @@ def train(cfg: TrainConfig, out: Path, *, resume: bool = False, stop_after: int 
 
         bar = tqdm(total=cfg.steps, initial=start_step, desc=out.name, file=sys.stderr, dynamic_ncols=True,
                    mininterval=0.2 if sys.stderr.isatty() else 10.0)
-    step, code = start_step, 0
+    step, code, stopped = start_step, 0, False
     ema: dict[str, float] = state.setdefault("ema", {})  # smoothed loss/accuracy, resumed with the run
     try:
         with _StopFlag() as stop:
             while step < cfg.steps:
-                batch = (packed_training_batch(rng, cfg.batch_size, lo, hi, n_ctx, cfg.pack) if cfg.pack
-                         else training_batch(rng, cfg.batch_size, lo, hi, cfg.positions, n_ctx))
+                batch = task_batches.training_batch(cfg.task, rng, cfg.batch_size, lo, hi, cfg.positions, n_ctx, cfg.pack)
                 tokens, pos, mask = batch.to_torch(device)
                 lr = lr_at(step, cfg)
                 for group in opt.param_groups:
@@ -282,9 +177,6 @@ def train(cfg: TrainConfig, out: Path, *, resume: bool = False, stop_after: int 
                 if bar is not None:
                     bar.update(1)
                     bar.set_postfix(loss=f"{ema['loss']:.4f}", acc=f"{ema['acc']:.3f}", em=f"{ema['em']:.3f}", refresh=False)
-                if stop.signum is not None or (stop_after is not None and step - start_step >= stop_after):
-                    code = INTERRUPTED
-                    break
                 if cfg.val_digits and (step % cfg.val_every == 0 or step == cfg.steps):
                     val, val_loss = validate(model, cfg)
                     state["log"].append({"step": step, "val_em": val, "val_loss": val_loss})
@@ -298,12 +190,18 @@ def train(cfg: TrainConfig, out: Path, *, resume: bool = False, stop_after: int 
                     model.train()
                 if step % cfg.checkpoint_every == 0 and step < cfg.steps:
                     snapshot(step)
+                if stop.signum is not None:  # after validation, so a resumed run logs exactly the same
+                    code = INTERRUPTED
+                    break
+                if stop_after is not None and step - start_step >= stop_after and step < cfg.steps:
+                    stopped = True
+                    break
             snapshot(step)
     finally:
         if bar is not None:
             bar.close()
-    if code == INTERRUPTED:
-        why = "interrupted" if stop_after is None or step - start_step < stop_after else "stopped (--stop-after)"
+    if code == INTERRUPTED or stopped:
+        why = "interrupted" if code == INTERRUPTED else f"stopped after {stop_after} steps as asked (--stop-after)"
         print(f"{why} at step {step}/{cfg.steps}; checkpoint saved in {out}; continue with --resume --out {out}",
               file=sys.stderr)
         return code
@@ -317,10 +215,15 @@ def train(cfg: TrainConfig, out: Path, *, resume: bool = False, stop_after: int 
     return 0
 
 
+RUNTIME_DEFAULTS = {"threads": 2, "device": "cuda" if torch.cuda.is_available() else "cpu"}
+
+
 def parser() -> OneLineParser:
-    p = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0] + " (issue 6; authors-training-setup.md §3.3).")
+    p = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0] + " See docs/training.md.")
     d = TrainConfig()
-    p.add_argument("--task", default=d.task, help="task (only 'addition')")
+    from .tasks import TASKS
+
+    p.add_argument("--task", default=d.task, help=f"task: {' | '.join(TASKS)} (its vocabulary and coupled IDs)")
     p.add_argument("--positions", default=d.positions, help=f"position scheme: {' | '.join(SCHEMES)}")
     p.add_argument("--layers", type=int, default=d.layers)
     p.add_argument("--heads", type=int, default=d.heads)
@@ -329,9 +232,9 @@ def parser() -> OneLineParser:
     p.add_argument("--d-mlp", type=int, default=None, help="default 4 x d-model")
     p.add_argument("--act-fn", choices=("gelu", "relu"), default=d.act_fn)
     p.add_argument("--window", type=int, default=d.window, help="Hard-ALiBi window m of the first half of the heads")
-    p.add_argument("--train-digits", default=d.train_digits, help="operand lengths to train on, e.g. 1-5")
+    p.add_argument("--train-digits", default=d.train_digits, help="(first) operand lengths to train on, e.g. 1-5")
     p.add_argument("--max-digits", type=int, default=d.max_digits,
-                   help="longest operands the position table must hold at evaluation (coupled: IDs up to 2+n)")
+                   help="longest operands the position table must hold at evaluation (addition, coupled: IDs up to 2+n)")
     p.add_argument("--steps", type=int, default=d.steps)
     p.add_argument("--batch-size", type=int, default=d.batch_size)
     p.add_argument("--lr", type=float, default=d.lr)
@@ -355,16 +258,46 @@ def parser() -> OneLineParser:
                    help="also keep the weights with the lowest validation loss at the longest --val-digits length "
                         "in OUT/best/ (the authors' model selection)")
     p.add_argument("--pack", type=float, default=d.pack,
-                   help="fraction (0-1) of coupled training rows that hold two additions with disjoint ID ranges, "
-                        "so far-apart IDs meet in training (not in the paper; see lengthgen.data.packed_training_batch)")
+                   help="addition only: fraction (0-1) of coupled training rows that hold two additions with disjoint "
+                        "ID ranges, so far-apart IDs meet in training (not in the paper; docs/training.md)")
     p.add_argument("--out", required=True, help="run directory (e.g. runs/NAME)")
-    p.add_argument("--resume", action="store_true", help="continue the run in --out with its stored config")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --out with its stored settings (a flag that contradicts them is refused)")
     p.add_argument("--force", action="store_true", help="delete an existing run in --out and start afresh")
-    p.add_argument("--stop-after", type=int, default=None, help="stop (with a checkpoint) after this many steps")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    p.add_argument("--stop-after", type=int, default=None,
+                   help="stop after this many steps of this invocation, with a checkpoint (exit 0; continue with --resume)")
+    p.add_argument("--device", default=None, help=f"default {RUNTIME_DEFAULTS['device']}; on --resume the run's own")
+    p.add_argument("--threads", type=int, default=None,
+                   help=f"torch CPU threads (default {RUNTIME_DEFAULTS['threads']}; on --resume the run's own: the "
+                        "thread count changes the floating-point sums, so it is stored with the run)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
+
+
+def given_options(argv: list[str] | None) -> set[str]:
+    """The destinations of the options the user actually typed (defaults suppressed)."""
+    p = parser()
+    for action in p._actions:
+        action.default = argparse.SUPPRESS
+        action.required = False
+    return set(vars(p.parse_args(argv)))
+
+
+def resume_settings(out: Path, args: argparse.Namespace, given: set[str]) -> dict[str, Any]:
+    """The stored runtime of the run in ``out``; :class:`RunError` naming every typed flag that
+    contradicts the stored run (a resumed run must reproduce the uninterrupted one)."""
+    run = stored_run(out)
+    stored = TrainConfig(**run.get("config", {}))
+    runtime = {**RUNTIME_DEFAULTS, **run.get("runtime", {})}
+    clashes = []
+    for name in sorted(given - {"out", "resume", "stop_after", "no_progress"}):
+        have = runtime[name] if name in ("threads", "device") else getattr(stored, name, None)
+        if getattr(args, name) != have:
+            clashes.append(f"--{name.replace('_', '-')} {getattr(args, name)} (the run has {have})")
+    if clashes:
+        raise RunError(f"--resume continues {out} with its stored settings, and these flags contradict them: "
+                       f"{'; '.join(clashes)}; drop them, or start a new run with --force")
+    return runtime
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -378,23 +311,47 @@ def _main(argv: list[str] | None) -> int:
     try:
         if args.resume and args.force:
             raise RunError("--resume and --force exclude each other")
-        if args.device.startswith("cuda") and not torch.cuda.is_available():
-            raise RunError("--device cuda, but CUDA is not available")
-        if args.threads < 1 or (args.stop_after is not None and args.stop_after < 1):
-            raise RunError("--threads and --stop-after must be at least 1")
-        cfg.validate()
+        if args.stop_after is not None and args.stop_after < 1:
+            raise RunError("--stop-after must be at least 1")
+        if args.resume:
+            if latest_checkpoint(out) is None:
+                raise RunError(f"{out}: nothing to resume (no checkpoint)")
+            runtime = resume_settings(out, args, given_options(argv))
+        else:
+            runtime = {k: RUNTIME_DEFAULTS[k] if getattr(args, k) is None else getattr(args, k) for k in RUNTIME_DEFAULTS}
+            cfg.validate()
+        if runtime["threads"] < 1:
+            raise RunError("--threads must be at least 1")
+        if str(runtime["device"]).startswith("cuda") and not torch.cuda.is_available():
+            raise RunError(f"device {runtime['device']}, but CUDA is not available")
         if not args.resume:
-            if out.exists() and (not out.is_dir() or any(out.iterdir())):
-                if not args.force:
-                    raise RunError(f"{out} already exists; use --resume to continue it or --force to replace it")
-                if not out.is_dir() or not ((out / "run.json").is_file() or (out / "latest.json").is_file()):
-                    raise RunError(f"{out} exists and is not a lengthgen run directory; refusing to delete it even with --force")
-                shutil.rmtree(out)
-        torch.set_num_threads(args.threads)
-        return train(cfg, out, resume=args.resume, stop_after=args.stop_after, device=args.device,
+            prepare_run_directory(out, args.force)
+        torch.set_num_threads(runtime["threads"])
+        return train(cfg, out, resume=args.resume, stop_after=args.stop_after, device=runtime["device"],
                      progress=not args.no_progress)
     except (DataError, RunError, ValueError) as exc:
         return fail(PROG, str(exc))
+    except OSError as exc:
+        return fail(PROG, f"cannot write the run in {out}: {exc.strerror or exc}"
+                          + (f" ({exc.filename})" if exc.filename else ""))
+
+
+def prepare_run_directory(out: Path, force: bool) -> None:
+    """Make ``out`` an empty, writable directory for a new run: refuse an existing run without
+    ``force``, anything that is not a run directory always, and a place that cannot be written."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        if not force:
+            raise RunError(f"{out} already exists; use --resume to continue it or --force to replace it")
+        if not out.is_dir() or not ((out / "run.json").is_file() or (out / "latest.json").is_file()):
+            raise RunError(f"{out} exists and is not a lengthgen run directory; refusing to delete it even with --force")
+        shutil.rmtree(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise RunError(f"--out {out} cannot be written: {exc.strerror or exc}") from None
 
 
 if __name__ == "__main__":

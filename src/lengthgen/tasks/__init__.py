@@ -4,8 +4,8 @@ Every task object has ``name``, ``vocab`` (token strings; a token's id is its in
 ``decode``, and ``next_token(prompt_text)``, the exact correct next token computed from integer
 arithmetic or string operations, never from a model.
 
-Registered tasks: ``addition`` (theorem-5-1-addition.md §1.1), ``multiplication_nx1`` and
-``multiplication_nx2`` (authors-training-setup.md §1.5), ``copy`` and ``reverse`` (§1.4).
+Registered tasks: ``addition``, ``multiplication_nx1`` and ``multiplication_nx2``, ``copy`` and ``reverse``
+(formats: docs/training.md, "Data formats").
 """
 from __future__ import annotations
 

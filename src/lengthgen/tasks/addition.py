@@ -1,4 +1,4 @@
-"""The addition format of Cho et al. 2024 (theorem-5-1-addition.md §1.1).
+"""The addition format of Cho et al. 2024 (docs/training.md, "Data formats").
 
 ``$ a_{n-1}..a_0 + b_{n-1}..b_0 = c_0 c_1 .. c_n $``: operands MSB-first, zero-padded to a common
 length n; the sum zero-padded to n + 1 digits and written reversed (LSB first); ``$`` is both BOS

@@ -1,11 +1,11 @@
-"""Copy and reverse in the position-coupling format (authors-training-setup.md §1.4,
-theorem-5-1-addition.md §6.2).
+"""Copy and reverse in the position-coupling format (Cho et al. 2024;
+docs/training.md, "Data formats").
 
 ``$ x_1..x_n = y_1..y_n $`` over the digits 0–9; ``$`` is both BOS and EOS and there is no padding.
 Copy: y = x. Reverse: y_j = x_{n+1-j}. ``=`` predicts y_1, y_j predicts y_{j+1}, y_n predicts ``$``.
 The oracle is plain string slicing.
 
-Coupled position IDs with start ``s`` (authors-training-setup.md §1.4; the poster's reverse example
+Coupled position IDs with start ``s`` (the authors' reverse example
 ``$ a c a b = b a c a $`` -> ``0 5 6 7 8 9 8 7 6 5 0`` is s = 5):
 
 * copy:    x_i -> s + i,      ``=`` -> s,      y_i -> s + i;

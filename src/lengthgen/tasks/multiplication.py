@@ -1,5 +1,5 @@
-"""N×M multiplication in the position-coupling format (authors-training-setup.md §1.5,
-theorem-5-1-addition.md §6.1), for M = 1 (N×1) and M = 2 (N×2).
+"""N×M multiplication in the position-coupling format (Cho et al. 2024;
+docs/training.md, "Data formats"), for M = 1 (N×1) and M = 2 (N×2).
 
 ``$ a_{N-1}..a_0 * b_{M-1}..b_0 = c_0 c_1 .. c_{N+M-1} $``: the first operand has N digits (MSB
 first), the second is zero-padded to exactly M digits, and the product is zero-padded to N + M
@@ -10,7 +10,7 @@ The authors' data never gives ``a`` a leading zero; here ``a`` is read as an N-d
 leading zero is allowed (a permutation of a prompt may move a zero to the front, and the oracle must
 still answer it). The oracle is Python integer arithmetic.
 
-Coupled position IDs (paper-era orientation, authors-training-setup.md §1.5), with start ``s`` and
+Coupled position IDs (the orientation of the authors' code at publication), with start ``s`` and
 ``e = s + N + M``: a's digits get ``e-N .. e-1``, b's digits ``e-M .. e-1``, ``*`` and ``=`` get
 ``e``, the answer c_0 .. c_{N+M-1} gets ``e-1`` down to ``s``; ``$`` gets 0. Equal significance shares
 an ID (a_i, b_i and c_i all get ``e-1-i``).

@@ -1,0 +1,132 @@
+"""The settings of a training run (stored as ``run.json``), the model they build, the learning-rate
+schedule and the optimizer (docs/training.md, "Recipes")."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from . import task_batches
+from .data import DataError, SCHEMES, check_pack_fits, parse_digit_range
+from .init import init_weights_, sinusoidal_table
+from .model import Annotations, Transformer, TransformerConfig
+from .runs import checkpoint_notes
+from .tasks import get_task
+
+POS_INITS = ("normal", "sinusoidal")
+
+
+@dataclass
+class TrainConfig:
+    """Everything that determines a run (stored as ``run.json``)."""
+
+    task: str = "addition"
+    positions: str = "coupled"
+    layers: int = 1
+    heads: int = 2
+    d_model: int = 128
+    d_head: int | None = None  # default d_model // heads
+    d_mlp: int | None = None  # default 4 * d_model
+    act_fn: str = "gelu"
+    normalization: str | None = "LN"
+    window: int = 4  # Hard-ALiBi window of the first half of the heads
+    train_digits: str = "1-5"
+    max_digits: int = 15  # longest evaluable operand length (sets the position table)
+    steps: int = 4000
+    batch_size: int = 256
+    lr: float = 1e-3
+    min_lr_ratio: float = 0.1
+    warmup: float = 0.02  # fraction of steps
+    beta1: float = 0.9
+    beta2: float = 0.95
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    seed: int = 0
+    data_seed: int = 0
+    checkpoint_every: int = 500
+    log_every: int = 50
+    pos_lr_scale: float = 1.0  # learning-rate multiplier of W_pos
+    embed_std: float = 0.02  # init std of W_E and W_pos (the authors' T5 uses N(0, 1) for both)
+    pos_init: str = "normal"  # W_pos init: "normal" N(0, embed_std), or "sinusoidal" (same RMS), still learned
+    attn_scale: float | None = None  # None: sqrt(d_head); 1.0: unscaled scores (as in the authors' T5)
+    val_digits: str | None = None  # e.g. "6-15": exact match on these lengths logged every val_every steps
+    val_every: int = 250
+    val_samples: int = 200
+    keep_best: bool = False  # keep the weights with the lowest validation loss at the longest val length
+    pack: float = 0.0  # fraction of coupled training rows holding two additions (data.packed_training_batch)
+
+    def validate(self) -> None:
+        get_task(self.task)
+        if self.positions not in SCHEMES:
+            raise DataError(f"unknown position scheme {self.positions!r}; choose one of {', '.join(SCHEMES)}")
+        lo, hi = parse_digit_range(self.train_digits)
+        if self.positions in ("coupled", "ape") and hi > self.max_digits:
+            raise DataError(f"--train-digits {self.train_digits} exceeds --max-digits {self.max_digits}")
+        if self.pack and self.task != "addition":
+            raise DataError(f"--pack is defined for addition only; --task {self.task} cannot be packed")
+        for name in ("layers", "heads", "d_model", "steps", "batch_size", "checkpoint_every", "log_every", "max_digits"):
+            if getattr(self, name) < 1:
+                raise DataError(f"--{name.replace('_', '-')} must be at least 1")
+        if self.lr <= 0 or not 0 <= self.min_lr_ratio <= 1 or not 0 <= self.warmup < 1:
+            raise DataError("need lr > 0, 0 <= min-lr-ratio <= 1 and 0 <= warmup < 1")
+        if self.keep_best and not self.val_digits:
+            raise DataError("--keep-best needs --val-digits")
+        if self.val_digits is not None:
+            vlo, vhi = parse_digit_range(self.val_digits)
+            if self.positions in ("coupled", "ape") and vhi > self.max_digits:
+                raise DataError(f"--val-digits {self.val_digits} exceeds --max-digits {self.max_digits}")
+        if self.pos_init not in POS_INITS:
+            raise DataError(f"unknown --pos-init {self.pos_init!r}; choose one of {', '.join(POS_INITS)}")
+        if not 0 <= self.pack <= 1:
+            raise DataError("--pack is a fraction of the training rows: 0 <= pack <= 1")
+        if self.pack and self.positions != "coupled":
+            raise DataError("--pack needs --positions coupled (two problems get disjoint coupled ID ranges)")
+        if self.pack:
+            check_pack_fits(hi, task_batches.table_size(self.task, self.positions, self.max_digits))
+        if self.positions == "hard-alibi" and self.window < 1:
+            raise DataError("--window must be at least 1")
+
+    def model_config(self) -> TransformerConfig:
+        task = get_task(self.task)
+        windows = None
+        if self.positions == "hard-alibi":
+            windows = [self.window if h < max(1, self.heads // 2) else None for h in range(self.heads)]
+        return TransformerConfig(
+            d_vocab=len(task.vocab), d_model=self.d_model, n_layers=self.layers, n_heads=self.heads,
+            d_head=self.d_head or self.d_model // self.heads, d_mlp=self.d_mlp or 4 * self.d_model,
+            n_ctx=task_batches.table_size(self.task, self.positions, self.max_digits),
+            positional="learned" if self.positions in ("coupled", "ape") else "none",
+            act_fn=self.act_fn, normalization=self.normalization, attn_windows=windows, attn_scale=self.attn_scale,
+        )
+
+
+def build_model(cfg: TrainConfig) -> Transformer:
+    """An untrained model for ``cfg`` (weights from :func:`init_weights_`), with ``lengthgen.*``
+    notes recording the task and position scheme so the weight file is self-describing."""
+    notes = checkpoint_notes(task=cfg.task, positions=cfg.positions, train_digits=cfg.train_digits)
+    title = f"{cfg.task}, {cfg.positions} positions, {cfg.layers} layer(s) x {cfg.heads} heads, d={cfg.d_model}"
+    model = Transformer(cfg.model_config(), Annotations(vocab=list(get_task(cfg.task).vocab), notes=notes, title=title))
+    init_weights_(model, cfg.seed, embed_std=cfg.embed_std)
+    if cfg.pos_init == "sinusoidal" and cfg.positions in ("coupled", "ape"):
+        with torch.no_grad():
+            table = sinusoidal_table(model.cfg.n_ctx, model.cfg.d_model)
+            model.pos_embed.W_pos.copy_(table * cfg.embed_std * math.sqrt(2))  # RMS = embed_std
+    return model
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Linear warm-up to ``lr`` then cosine decay to ``min_lr_ratio·lr`` (authors' custom_cosine)."""
+    warm = max(1, round(cfg.warmup * cfg.steps))
+    if step < warm:
+        return cfg.lr * (step + 1) / warm
+    progress = (step - warm) / max(1, cfg.steps - warm)
+    floor = cfg.min_lr_ratio
+    return cfg.lr * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def make_optimizer(model: Transformer, cfg: TrainConfig) -> torch.optim.Optimizer:
+    pos = [p for n, p in model.named_parameters() if n == "pos_embed.W_pos"]
+    rest = [p for n, p in model.named_parameters() if n != "pos_embed.W_pos"]
+    groups = [{"params": rest, "lr_scale": 1.0}] + ([{"params": pos, "lr_scale": cfg.pos_lr_scale}] if pos else [])
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay, eps=1e-8)
