@@ -32,6 +32,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import warnings
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
@@ -134,8 +135,11 @@ def to_hooked_transformer(model: Transformer) -> "HookedTransformer":
     :func:`from_hooked_transformer` gives back a bit-identical model."""
     tl = _tl()
     tl_cfg = transformer_lens_config(model.cfg, device=model.device)
-    hooked = tl.HookedTransformer(tl_cfg, move_to_device=False)
-    ours = dict(model.named_parameters())
+    with warnings.catch_warnings():  # 3.x announces HookedTransformer's removal in 4.0 on every build
+        warnings.filterwarnings("ignore", message="HookedTransformer is deprecated", category=DeprecationWarning)
+        hooked = tl.HookedTransformer(tl_cfg, move_to_device=False)
+    dead = _unused_parameters(model.cfg)
+    ours = {k: v for k, v in model.named_parameters() if k not in dead}
     theirs = dict(hooked.named_parameters())
     if set(ours) != set(theirs):
         raise InteropError(
@@ -148,8 +152,19 @@ def to_hooked_transformer(model: Transformer) -> "HookedTransformer":
                 raise InteropError(f"{name}: shape {tuple(param.shape)} vs TransformerLens {tuple(theirs[name].shape)}")
             theirs[name].copy_(param)
     torch.nn.Module.to(hooked, model.device)  # cfg.device is already set; TL's own .to() prints
-    setattr(hooked, STASH, {"config": dataclasses.asdict(model.cfg), "annotations": copy.deepcopy(model.annotations)})
+    setattr(hooked, STASH, {
+        "config": dataclasses.asdict(model.cfg), "annotations": copy.deepcopy(model.annotations),
+        "unused": {k: v.detach().clone() for k, v in model.named_parameters() if k in dead},
+    })
     return hooked.eval()
+
+
+def _unused_parameters(cfg: TransformerConfig) -> set[str]:
+    """Parameters a lengthgen model holds but never uses: the second LayerNorm of a block without
+    MLP (``d_mlp=0``). TransformerLens's attention-only blocks have no such LayerNorm."""
+    if cfg.d_mlp > 0 or cfg.normalization != "LN":
+        return set()
+    return {f"blocks.{layer}.ln2.{p}" for layer in range(cfg.n_layers) for p in ("w", "b")}
 
 
 def _infer_lengthgen_config(tl_cfg: "HookedTransformerConfig") -> TransformerConfig:
@@ -182,9 +197,14 @@ def _infer_lengthgen_config(tl_cfg: "HookedTransformerConfig") -> TransformerCon
 
 def _computing_differences(tl_cfg: "HookedTransformerConfig", reference: "HookedTransformerConfig") -> list[str]:
     """Settings (other than bookkeeping) where ``tl_cfg`` differs from ``reference``."""
+    def effective_scale(c: "HookedTransformerConfig") -> float:
+        return float(c.attn_scale) if c.use_attn_scale else 1.0
+
     out = []
+    if not math.isclose(effective_scale(tl_cfg), effective_scale(reference), rel_tol=1e-15):
+        out.append(f"attn_scale={effective_scale(tl_cfg)!r}")
     for f in dataclasses.fields(tl_cfg):
-        if f.name in TL_BOOKKEEPING:
+        if f.name in TL_BOOKKEEPING or f.name in ("use_attn_scale", "attn_scale"):  # compared above
             continue
         ours, theirs = getattr(tl_cfg, f.name), getattr(reference, f.name)
         if isinstance(ours, float) and isinstance(theirs, float) and math.isclose(ours, theirs, rel_tol=1e-15):
@@ -205,16 +225,17 @@ def from_hooked_transformer(hooked: "HookedTransformer") -> Transformer:
     differences = _computing_differences(hooked.cfg, transformer_lens_config(inferred, hooked.cfg.device or "cpu"))
     if differences:
         raise InteropError("TransformerLens settings with no lengthgen equivalent: " + ", ".join(differences))
-    cfg, annotations = inferred, Annotations()
+    cfg, annotations, unused = inferred, Annotations(), {}
     stash = getattr(hooked, STASH, None)
     if stash is not None:
         stashed = TransformerConfig(**stash["config"])
         # the stash wins only where TransformerLens cannot tell (attn_scale None vs sqrt(d_head);
         # a NoPE model's n_ctx): it must translate to the very config the model has now
         if not _computing_differences(hooked.cfg, transformer_lens_config(stashed, hooked.cfg.device or "cpu")):
-            cfg, annotations = stashed, copy.deepcopy(stash["annotations"])
+            cfg, annotations, unused = stashed, copy.deepcopy(stash["annotations"]), stash["unused"]
     model = Transformer(cfg, annotations)
-    ours = dict(model.named_parameters())
+    dead = _unused_parameters(cfg)
+    ours = {k: v for k, v in model.named_parameters() if k not in dead}
     theirs = dict(hooked.named_parameters())
     if set(ours) != set(theirs):
         raise InteropError(
@@ -224,6 +245,8 @@ def from_hooked_transformer(hooked: "HookedTransformer") -> Transformer:
     with torch.no_grad():
         for name, param in ours.items():
             param.copy_(theirs[name])
+        for name, value in unused.items():  # restored so that a round trip is bit-identical
+            model.get_parameter(name).copy_(value)
     return model.to(hooked.cfg.device or "cpu").eval()
 
 
