@@ -240,6 +240,35 @@ def test_refuses_unknown_lengthgen_config_fields(interop):
         interop.to_hooked_transformer(model)
 
 
+def _patching_example():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "patching.py"
+    spec = importlib.util.spec_from_file_location("patching_example", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_patching_example_construction_heads_mean_their_names(interop, tmp_path, capsys):
+    """Theorem 5.1's head 2 carries the carry: patching it from a carry-free partner flips exactly
+    the digit that receives the carry, to the carry-free digit; patching head 1 flips nothing."""
+    example = _patching_example()
+    hooked = interop.to_hooked_transformer(build_model(n_digits=6, dtype="float64")[0])
+    flips = example.patch_flips(hooked, n=6, samples=60)
+    offsets = list(example.OFFSETS)
+    expected_head2 = [1.0 if d == 1 else 0.0 for d in offsets] + [1.0]
+    np.testing.assert_array_equal(flips["head 2"], expected_head2)
+    np.testing.assert_array_equal(flips["head 1"][:-1], 0.0)
+    ablation = example.ablation_table(hooked, [3, 6], samples=30)
+    assert ablation["none"] == [1.0, 1.0] and ablation["head 1"] == ablation["head 2"] == [0.0, 0.0]
+    out = tmp_path / "patching.png"
+    assert example.main(["--samples", "4", "--patch-samples", "6", "--max-digits", "3", "--patch-digits", "3",
+                         "--out", str(out)]) == 0
+    assert out.is_file() and out.with_suffix(".pdf").is_file() and "exact match" in capsys.readouterr().out
+    assert example.main(["--max-digits", "16"]) == 2
+
+
 def test_missing_transformer_lens_names_the_extra(monkeypatch):
     from lengthgen import interop
 
