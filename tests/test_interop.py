@@ -234,7 +234,7 @@ def test_refuses_unknown_lengthgen_config_fields(interop):
         bidirectional: bool = False
 
     model = Transformer(FutureConfig(d_vocab=13, d_model=16, d_head=4, n_heads=2))
-    interop.to_hooked_transformer(model)
+    assert_identical(interop.from_hooked_transformer(interop.to_hooked_transformer(model)), model)
     model.cfg.bidirectional = True
     with pytest.raises(interop.InteropError, match="bidirectional"):
         interop.to_hooked_transformer(model)

@@ -153,7 +153,7 @@ def to_hooked_transformer(model: Transformer) -> "HookedTransformer":
             theirs[name].copy_(param)
     torch.nn.Module.to(hooked, model.device)  # cfg.device is already set; TL's own .to() prints
     setattr(hooked, STASH, {
-        "config": dataclasses.asdict(model.cfg), "annotations": copy.deepcopy(model.annotations),
+        "config": copy.deepcopy(model.cfg), "annotations": copy.deepcopy(model.annotations),
         "unused": {k: v.detach().clone() for k, v in model.named_parameters() if k in dead},
     })
     return hooked.eval()
@@ -228,7 +228,7 @@ def from_hooked_transformer(hooked: "HookedTransformer") -> Transformer:
     cfg, annotations, unused = inferred, Annotations(), {}
     stash = getattr(hooked, STASH, None)
     if stash is not None:
-        stashed = TransformerConfig(**stash["config"])
+        stashed = copy.deepcopy(stash["config"])
         # the stash wins only where TransformerLens cannot tell (attn_scale None vs sqrt(d_head);
         # a NoPE model's n_ctx): it must translate to the very config the model has now
         if not _computing_differences(hooked.cfg, transformer_lens_config(stashed, hooked.cfg.device or "cpu")):
