@@ -1,10 +1,12 @@
 # Quick start:  make demo   (set up, then add two 100000-digit numbers with the Theorem 5.1 transformer)
 #               make test   (set up, then run the proof checks)
 # Also: make bench (long-operand benchmarks), make figures (regenerate figures/ from checkpoints/)
-# The set-up installs the CPU torch wheel first (pinned: an unpinned torch pulls a multi-GB CUDA build).
+# The set-up installs the CPU torch wheel first (pinned: an unpinned torch pulls a multi-GB CUDA build),
+# then the project with the dev and interp (TransformerLens) extras; `make test EXTRAS=dev` skips TransformerLens.
 PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
+EXTRAS ?= dev,interp
 BIN := $(VENV)/bin
 
 .PHONY: setup demo test bench figures
@@ -13,7 +15,7 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check "$(TORCH_SPEC)"
-	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[$(EXTRAS)]' "$(TORCH_SPEC)"
 	touch $@
 
 demo: setup
