@@ -143,8 +143,9 @@ def feed_forward(resid: NamedBasis, number: Number = float) -> tuple[MatrixBuild
 
 
 def readout(resid: NamedBasis) -> MatrixBuilder:
-    """W_U: logit(k) = SUM[k], logit(``$``) = 2·IS_EOS (docs/theorem-5-1.md, "The readout"). When
-    IS_EOS = 1 the SUM block is all zero, so ``$`` wins by 2; otherwise digit k wins by 1."""
+    """W_U: logit(k) = SUM[k], logit(``$``) = 2·IS_EOS (docs/theorem-5-1.md, "The readout"). Before
+    EOS, SUM is one-hot and IS_EOS = 0, so the next digit wins by 1; at c_n, IS_EOS = 1 and SUM holds
+    at most a single 1, so ``$`` wins by at least 1."""
     W_U = MatrixBuilder(resid, vocab_basis())
     for k in range(10):
         W_U.add(f"SUM[{k}]", str(k), 1)
