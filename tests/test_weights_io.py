@@ -33,3 +33,15 @@ def test_bad_weight_files_give_clear_errors(tmp_path: Path) -> None:
     corrupt.write_bytes(b"\x00garbage" * 10)
     with pytest.raises(WeightFileError, match="not a readable"):
         load_model(corrupt)
+
+
+def test_bfloat16_in_npz_is_refused_clearly(tmp_path: Path) -> None:
+    model, _ = build_model(n_digits=3, dtype="bfloat16")
+    with pytest.raises(WeightFileError, match=r"\.npz cannot hold bfloat16 tensors.*safetensors"):
+        save_model(model, tmp_path / "m.npz")
+    assert not list(tmp_path.iterdir())  # nothing written
+    loaded = load_model(save_model(model, tmp_path / "m.safetensors"))
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), loaded.state_dict().values()))
+    half, _ = build_model(n_digits=3, dtype="float16")
+    reloaded = load_model(save_model(half, tmp_path / "h.npz"))
+    assert reloaded.cfg.dtype == "float16" and torch.equal(reloaded.unembed.W_U, half.unembed.W_U)
