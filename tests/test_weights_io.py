@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from constructions.addition import build_model
+from lengthgen.tasks import ADDITION
 from lengthgen.weights import WeightFileError, load_model, save_model
 
 
@@ -19,7 +20,7 @@ def test_construction_round_trips_bit_for_bit(tmp_path: Path, suffix: str) -> No
     assert loaded.annotations == model.annotations
     for (name, a), (name2, b) in zip(model.state_dict().items(), loaded.state_dict().items()):
         assert name == name2 and a.dtype == b.dtype and torch.equal(a, b), name
-    toks = torch.tensor([[12, 1, 2, 10, 3, 4, 11]])
+    toks = torch.tensor(ADDITION.encode("$12+34="))[None]
     assert torch.equal(model(toks), loaded(toks))
     assert not list(tmp_path.glob(".*"))  # no temporary files left behind
 

@@ -314,6 +314,8 @@ class Transformer(nn.Module):
         for layer, block in enumerate(self.blocks):
             q_from = logits_from if layer == len(self.blocks) - 1 else 0
             x = block(x, q_from, cache, layer, acts, f"blocks.{layer}")
+        if not self.blocks:  # no layer to skip the earlier positions
+            x = x[:, logits_from:]
         logits = self.ln_final(x) @ self.unembed.W_U + self.unembed.b_U
         return (logits, acts) if return_cache else logits
 
