@@ -16,9 +16,8 @@ from addition_recipes import adversarial_pairs, operand_pairs
 from hypothesis import example, given, settings
 
 from constructions.addition import (
-    EOS_RAMP, CapacityError, add, add_many, answer_predictions, build_model, d_model_for, first_wrong_position, head_basis, max_digits_for,
-    mlp_basis,
-    position_dims, residual_basis, weight_entries,
+    EOS_RAMP, CapacityError, add, add_many, answer_predictions, build_model, d_model_for, first_wrong_position,
+    head_basis, max_digits_for, mlp_basis, position_dims, residual_basis, weight_entries,
 )
 from constructions.addition.layout import eos_unit, trapezoid_units
 from lengthgen.decode import teacher_forced_argmax
@@ -44,7 +43,8 @@ def teacher_sum(model, a: int, b: int) -> int | None:
 
 # ----------------------------------------------------------------- layout and the bound
 def test_layout_is_17_plus_2P() -> None:
-    token_dims = ["NUM", "IS_BOS", "FULL_ONES", "PRE_SUM", "PRE_CARRY", "PRE_EOS"] + [f"SUM[{k}]" for k in range(10)] + ["IS_EOS"]
+    token_dims = ["NUM", "IS_BOS", "FULL_ONES", "PRE_SUM", "PRE_CARRY", "PRE_EOS"]
+    token_dims += [f"SUM[{k}]" for k in range(10)] + ["IS_EOS"]
     assert len(token_dims) == PAPER_TOKEN_DIMS
     for d in (21, 22, 23, 29, 64, 512):
         P = (d - PAPER_TOKEN_DIMS) // 2
@@ -55,7 +55,7 @@ def test_layout_is_17_plus_2P() -> None:
     assert max_digits_for(21) == 2 and d_model_for(62) == 29 and d_model_for(63) == 31
 
 
-# ----------------------------------------------------------------- heads (§3.4, §3.5)
+# --------------------------------- heads (docs/theorem-5-1.md, "Head 1", "Head 2")
 def expected_sets(n: int, query: int) -> tuple[set[int], set[int]]:
     """Key indices each head should attend to from sequence index ``query`` (independent of the code)."""
     a = {i: 1 + (n - 1 - i) for i in range(n)}
@@ -85,7 +85,7 @@ def test_heads_attend_to_exactly_the_theorem_sets(pair: tuple[int, int]) -> None
             assert (inside - 1 / len(keys)).abs().max() <= leak + 1e-6, (head, q)
 
 
-# ----------------------------------------------------------------- FFN on its whole domain (§3.7)
+# --------------------------------- FFN on its whole domain (docs/theorem-5-1.md, "The feed-forward network")
 def ffn_domain() -> list[tuple[dict[str, float], int]]:
     """Every reachable (PRE_SUM, PRE_CARRY, NUM, PRE_EOS) at an answer-predicting position, with the
     correct next token from integer arithmetic (10 stands for '$')."""
@@ -251,7 +251,8 @@ def _perturbed(name: str) -> torch.nn.Module:
 @pytest.mark.parametrize("name", ["carry threshold", "head-1 scale", "eos ramp", "sharpness"])
 def test_one_wrong_weight_is_caught(name: str) -> None:
     model = _perturbed(name)
-    pairs = [(a, b) for n in range(1, 7) for a, b in adversarial_pairs(n)] + [(a, b) for a in range(0, 100, 3) for b in range(0, 100, 7)]
+    pairs = [(a, b) for n in range(1, 7) for a, b in adversarial_pairs(n)]
+    pairs += [(a, b) for a in range(0, 100, 3) for b in range(0, 100, 7)]
     assert any(teacher_sum(model, a, b) != a + b for a, b in pairs)
 
 
@@ -306,7 +307,8 @@ def test_position_table_is_the_hypercube_code(d_model: int, n_digits: int) -> No
 def test_hypercube_codes_separate_every_pair_of_ids() -> None:
     """⟨v_p, v_q⟩ = P for p = q and ≤ P − 2 otherwise: the score gap 2M of both heads."""
     P = 4
-    codes = independent_position_table(PAPER_TOKEN_DIMS + 2 * P, 2**P + 1)[1:, residual_basis(PAPER_TOKEN_DIMS + 2 * P).block("POS_1")]
+    d_model = PAPER_TOKEN_DIMS + 2 * P
+    codes = independent_position_table(d_model, 2**P + 1)[1:, residual_basis(d_model).block("POS_1")]
     dots = codes @ codes.T
     assert torch.equal(dots.diagonal(), torch.full((2**P,), float(P), dtype=torch.float64))
     assert (dots[~torch.eye(2**P, dtype=torch.bool)] <= P - 2).all()

@@ -5,7 +5,9 @@ import pytest
 import torch
 
 import lengthgen.model as model_module
-from lengthgen.decode import DECISION_MARGIN, UNDECIDED, decided_argmax, greedy_generate, greedy_generate_batch, teacher_forced_argmax
+from lengthgen.decode import (
+    DECISION_MARGIN, UNDECIDED, decided_argmax, greedy_generate, greedy_generate_batch, teacher_forced_argmax,
+)
 from lengthgen.model import KVCache, Transformer, TransformerConfig
 
 

@@ -137,7 +137,10 @@ class UndecidedPrediction(ArithmeticError):
     """The model gave no answer token a margin over the others (see :func:`lengthgen.decode.decided_argmax`)."""
 
 
-def answer_predictions(model: Transformer, a: int | str | np.ndarray, b: int | str | np.ndarray, mode: str,
+Operand = int | str | np.ndarray
+
+
+def answer_predictions(model: Transformer, a: Operand, b: Operand, mode: str,
                        progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(predicted, expected) answer tokens c_0 .. c_n, ``$`` for ``a + b``; ``expected`` comes from
     Python integers. Both modes apply :func:`lengthgen.decode.decided_argmax` (a prediction
@@ -196,10 +199,9 @@ def add_many(model: Transformer, pairs: list[tuple[int, int]]) -> list[int]:
         check_operands(model, n)
         group = [instances[i] for i in idxs]
         p = group[0].prompt_len
-        rows = greedy_generate_batch(
-            model, torch.tensor(np.stack([g.tokens[:p] for g in group])), torch.tensor(np.stack([g.pos_ids[:p] for g in group])),
-            torch.tensor(np.stack([g.pos_ids[p:] for g in group])), stop_token=ADDITION.EOS,
-        )
+        prompts, prompt_ids, answer_ids = (torch.tensor(np.stack(part)) for part in (
+            [g.tokens[:p] for g in group], [g.pos_ids[:p] for g in group], [g.pos_ids[p:] for g in group]))
+        rows = greedy_generate_batch(model, prompts, prompt_ids, answer_ids, stop_token=ADDITION.EOS)
         for i, row in zip(idxs, rows):
             results[i] = _answer_to_int(row, pairs[i])
     return results

@@ -6,7 +6,7 @@ position ``q_offset + r`` with ``q_offset = Lk - Lq`` and may attend to keys ``j
 ("lower-right" causal alignment). This is what a KV-cache decoding step, a full forward pass
 (``Lq == Lk``) and a pass that only scores the answer tokens (``Lq < Lk``) all need.
 
-``window`` is Hard-ALiBi (Jelassi et al. 2024, see turing-programs-rasp.md §A.3.1): a head with
+``window`` is Hard-ALiBi (Jelassi et al. 2024, "Repeat After Me"; docs/turing-programs.md): a head with
 window ``m`` sees only keys ``j`` with ``q - m < j <= q``; ``None`` is plain causal attention.
 
 Shapes: ``q`` is ``[B, H, Lq, E]``, ``k`` is ``[B, H, Lk, E]``, ``v`` is ``[B, H, Lk, Ev]``.

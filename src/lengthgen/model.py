@@ -1,7 +1,7 @@
 """A generic decoder-only transformer with TransformerLens parameter names (nanoGPT-style).
 
 The model knows nothing about any task. Positions are *data*: ``forward`` takes explicit position
-IDs and looks them up in the learned table ``W_pos`` (so position coupling, Cho et al. 2024 §3, is a
+IDs and looks them up in the learned table ``W_pos`` (so position coupling, Cho et al. 2024, Section 3, is a
 property of the input, not of the model), or ignores them (``positional="none"``, NoPE).
 
 Parameters, with TransformerLens names and shapes (state_dict keys equal TL's):
