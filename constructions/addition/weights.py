@@ -49,7 +49,9 @@ def vocab_basis() -> NamedBasis:
 
 
 def token_embedding(resid: NamedBasis) -> MatrixBuilder:
-    """W_E: digit k → NUM = k; every token → FULL_ONES = 1; ``$`` → IS_BOS = 1."""
+    """W_E, the token part of X0 (Theorem 5.1; docs/theorem-5-1.md, "The residual basis"): digit k →
+    NUM = k; every token → FULL_ONES = 1 (the bias of the queries and of the feed-forward network);
+    ``$`` → IS_BOS = 1 (the attention sink's key)."""
     W_E = MatrixBuilder(vocab_basis(), resid)
     for token in ADDITION.vocab:
         W_E.add(token, "FULL_ONES", 1)
@@ -59,8 +61,9 @@ def token_embedding(resid: NamedBasis) -> MatrixBuilder:
 
 
 def position_embedding(resid: NamedBasis, n_positions: int) -> MatrixBuilder:
-    """W_pos, entry by entry: ID p → POS_1 = v_p and POS_2 = v_{p−1} (v_0 = 0). For short tables
-    (exact checks); ``build_model`` uses the vectorized :func:`~constructions.addition.layout.position_table`."""
+    """W_pos, the position part of X0 (Theorem 5.1; docs/theorem-5-1.md, "The position code"), entry
+    by entry: ID p → POS_1 = v_p and POS_2 = v_{p−1} (v_0 = 0). For short tables (exact checks);
+    ``build_model`` uses the vectorized :func:`~constructions.addition.layout.position_table`."""
     P = len(resid.block("POS_1"))
     ids = NamedBasis([(f"id{p}", None) for p in range(n_positions)])
     W_pos = MatrixBuilder(ids, resid)
