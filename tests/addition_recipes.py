@@ -1,53 +1,32 @@
-"""Operand *recipes* for hypothesis (ecosystem-conventions.md §8.6): draw a small description
-(length, seed, carry-chain segments) and expand it into digits, so shrinking works and long
-operands are cheap to generate. Plain Python ints come out; they are the oracle."""
-from __future__ import annotations
+"""Operand strategies for hypothesis that shrink digit by digit.
 
-import random
+Long operands are drawn as *runs* of digit pairs: ``(digit of a, digit of b, run length)``. A run
+of (9, 0) or (9, 9) after a carry is a carry chain, (5, 4) then (4, 5) a chain that flips, so
+hypothesis reaches the hard cases by drawing digits, and shrinks a failure towards fewer runs,
+shorter runs and smaller digits. Plain Python ints come out; they are the oracle.
+"""
+from __future__ import annotations
 
 from hypothesis import strategies as st
 
-SEGMENTS = ("random", "nines", "zeros", "fives", "fours")
-
-
-def expand(n: int, m: int, seed: int, segments: list[tuple[str, int]]) -> tuple[int, int]:
-    """Two operands of n and m digits (leading digit non-zero), with the given runs overlaid:
-    'nines' puts 9s in a and b's complement (carry chains), 'fives' 5s in both, etc."""
-    rng = random.Random(seed)
-    a = [rng.randrange(10) for _ in range(n)]
-    b = [rng.randrange(10) for _ in range(m)]
-    pos = 0
-    for kind, length in segments:
-        for i in range(pos, min(n, pos + length)):
-            j = i - (n - m)  # the digit of b with the same significance, if any
-            if kind == "nines":
-                a[i] = 9
-                if 0 <= j < m:
-                    b[j] = rng.choice((0, 9))
-            elif kind == "zeros":
-                a[i] = 0
-            elif kind == "fives":
-                a[i] = 5
-                if 0 <= j < m:
-                    b[j] = rng.choice((4, 5))
-            elif kind == "fours":
-                a[i] = 4
-                if 0 <= j < m:
-                    b[j] = 5
-        pos += length
-    a[0] = a[0] or 1
-    b[0] = b[0] or 1 if m > 1 else b[0]
-    return int("".join(map(str, a))), int("".join(map(str, b)))
+DIGIT = st.integers(0, 9)
 
 
 @st.composite
 def operand_pairs(draw: st.DrawFn, max_digits: int) -> tuple[int, int]:
-    n = draw(st.integers(1, max_digits))
-    m = draw(st.integers(1, n))
-    seed = draw(st.integers(0, 2**32 - 1))
-    segments = draw(st.lists(st.tuples(st.sampled_from(SEGMENTS), st.integers(1, max_digits)), max_size=5))
-    a, b = expand(n, m, seed, segments)
-    return (a, b) if draw(st.booleans()) else (b, a)
+    """(a, b) with up to ``max_digits`` digits each, built from runs of digit pairs (MSB first);
+    the shorter operand drops some leading digits, and the order of a and b is drawn too."""
+    runs = draw(st.lists(st.tuples(DIGIT, DIGIT, st.integers(1, max_digits)), min_size=1, max_size=8))
+    a_digits = "".join(str(x) * length for x, _, length in runs)[:max_digits]
+    b_digits = "".join(str(y) * length for _, y, length in runs)[:max_digits]
+    b_digits = b_digits[draw(st.integers(0, len(b_digits) - 1)) :]
+    a, b = int(a_digits), int(b_digits)
+    return (b, a) if draw(st.booleans()) else (a, b)
+
+
+def short_operands(max_digits: int) -> st.SearchStrategy[int]:
+    """One operand of 1..``max_digits`` decimal digits (leading zeros allowed in the text)."""
+    return st.text("0123456789", min_size=1, max_size=max_digits).map(int)
 
 
 def adversarial_pairs(n: int) -> list[tuple[int, int]]:

@@ -42,20 +42,54 @@ def test_operands_from_strings_and_files(tmp_path: Path, capsys: pytest.CaptureF
         assert result["mode"] == mode and result["dtype"] == "float64" and result["correct"]
 
 
+def test_the_sum_is_printed_and_in_the_json(tmp_path: Path) -> None:
+    out = run_cli(["--a", "653", "--b", "49"], tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("EXACT") and "sum: 702\n" in out.stdout
+    for mode in ("teacher", "greedy"):
+        out = run_cli(["--a", "653", "--b", "49", "--json", "--mode", mode], tmp_path)
+        assert out.returncode == 0 and json.loads(out.stdout)["sum"] == "702"
+
+
+def test_a_long_sum_is_abbreviated_on_screen_and_whole_in_the_file(tmp_path: Path) -> None:
+    a, b = int("73" * 700 + "1"), int("58" * 650 + "9")
+    (tmp_path / "a.txt").write_text(str(a))
+    out = run_cli(["--a", "@a.txt", "--b", str(b), "--output", "sum.txt"], tmp_path)
+    assert out.returncode == 0, out.stderr
+    total = str(a + b)
+    shown = next(line for line in out.stdout.splitlines() if line.startswith("sum: "))
+    assert total not in shown and total[:40] in shown and total[-40:] in shown and f"{len(total)} digits" in shown
+    assert (tmp_path / "sum.txt").read_text() == total + "\n"
+
+
 def test_wrong_model_exits_1_and_says_where(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
     import constructions.addition.model as addition
+    from constructions.addition import head_basis, position_dims
 
     original = addition.build_model
 
     def broken(*args, **kwargs):
         model, meta = original(*args, **kwargs)
-        model.blocks[0].attn.W_O.data[1, -2, :] = 0  # no carry information any more
+        carry_value = head_basis(position_dims(model.cfg.d_model)).index("val_NUM")
+        model.blocks[0].attn.W_O.data[1, carry_value, :] = 0  # head 2 writes no carry information any more
         return model, meta
 
     monkeypatch.setattr(addition, "build_model", broken)
     assert main(["--a", "199", "--b", "1", "--json"]) == 1
     result = json.loads(capsys.readouterr().out)
     assert result["correct"] is False and result["first_wrong_position"] == 1  # 200 reversed is 0,0,2,0
+    assert result["undecided"] is False and result["sum"] != "200"
+
+
+@pytest.mark.parametrize("mode", ["teacher", "greedy"])
+def test_a_tie_is_wrong_in_both_modes(mode: str, capsys: pytest.CaptureFixture) -> None:
+    """bfloat16 at d_model = 23 rounds 9 + 9's first logits to a near-tie: no mode may pick a digit."""
+    args = ["--a", "9", "--b", "9", "--d-model", "23", "--dtype", "bfloat16", "--mode", mode]
+    assert main(args + ["--json"]) == 1
+    result = json.loads(capsys.readouterr().out)
+    assert result["correct"] is False and result["undecided"] is True and result["first_wrong_position"] == 0
+    assert main(args) == 1
+    assert "undecided" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
@@ -69,6 +103,7 @@ def test_wrong_model_exits_1_and_says_where(monkeypatch: pytest.MonkeyPatch, cap
         (["--digits", "100", "--d-model", "23"], "d_model = 31 fits"),
         (["--digits", "5", "--d-model", "20"], "at least 21"),
         (["--digits", "5", "--dtype", "int4"], "unknown --dtype"),
+        (["--digits", "5", "--dtype", "float128"], "choose one of float32, float64, float16, bfloat16"),
         (["--digits", "5", "--mode", "beam"], "invalid choice"),
         (["--a", "@/nonexistent/digits.txt", "--b", "1"], "cannot read --a file"),
         (["--a", "5"], "both --a and --b"),

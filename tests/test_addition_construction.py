@@ -1,10 +1,12 @@
 """Theorem 5.1's construction is exactly right (checks against Python integers).
 
-Mechanism checks follow theorem-5-1-addition.md §3.4–3.8: the heads' attention sets, the
-feed-forward network on its whole finite domain, then end to end."""
+Mechanism checks follow docs/theorem-5-1.md part by part: the position code, the heads' attention
+sets, the feed-forward network on its whole finite domain and at every corner of the perturbation
+box the error bound allows, then end to end. Every weight index goes through the named bases."""
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 
 import numpy as np
@@ -14,12 +16,15 @@ from addition_recipes import adversarial_pairs, operand_pairs
 from hypothesis import example, given, settings
 
 from constructions.addition import (
-    CapacityError, add, add_many, build_model, d_model_for, max_digits_for, position_dims, residual_basis,
+    EOS_RAMP, CapacityError, add, add_many, answer_predictions, build_model, d_model_for, first_wrong_position,
+    head_basis, max_digits_for, mlp_basis, position_dims, residual_basis, weight_entries,
 )
+from constructions.addition.layout import eos_unit, trapezoid_units
 from lengthgen.decode import teacher_forced_argmax
 from lengthgen.tasks import ADDITION
 
 MAX_DIGITS_CPU = 2000
+PAPER_TOKEN_DIMS = 17  # Theorem 5.1: d = 17 + 2P
 
 
 @functools.lru_cache(maxsize=None)
@@ -38,18 +43,19 @@ def teacher_sum(model, a: int, b: int) -> int | None:
 
 # ----------------------------------------------------------------- layout and the bound
 def test_layout_is_17_plus_2P() -> None:
+    token_dims = ["NUM", "IS_BOS", "FULL_ONES", "PRE_SUM", "PRE_CARRY", "PRE_EOS"]
+    token_dims += [f"SUM[{k}]" for k in range(10)] + ["IS_EOS"]
+    assert len(token_dims) == PAPER_TOKEN_DIMS
     for d in (21, 22, 23, 29, 64, 512):
-        P = (d - 17) // 2
-        labels = residual_basis(d).labels
-        assert len(labels) == d and labels[:6] == ["NUM", "IS_BOS", "FULL_ONES", "PRE_SUM", "PRE_CARRY", "PRE_EOS"]
-        assert labels[6:17] == [f"SUM[{k}]" for k in range(10)] + ["IS_EOS"]
-        assert labels[17 : 17 + P] == [f"POS_1[{i}]" for i in range(P)]
-        assert labels[17 + P : 17 + 2 * P] == [f"POS_2[{i}]" for i in range(P)]
+        P = (d - PAPER_TOKEN_DIMS) // 2
+        unused = ["UNUSED[0]"] if (d - PAPER_TOKEN_DIMS) % 2 else []
+        expected = token_dims + [f"POS_1[{i}]" for i in range(P)] + [f"POS_2[{i}]" for i in range(P)] + unused
+        assert residual_basis(d).labels == expected
     assert max_digits_for(512) == 2**247 - 2 and f"{float(max_digits_for(512)):.3e}" == "2.262e+74"
     assert max_digits_for(21) == 2 and d_model_for(62) == 29 and d_model_for(63) == 31
 
 
-# ----------------------------------------------------------------- heads (§3.4, §3.5)
+# --------------------------------- heads (docs/theorem-5-1.md, "Head 1", "Head 2")
 def expected_sets(n: int, query: int) -> tuple[set[int], set[int]]:
     """Key indices each head should attend to from sequence index ``query`` (independent of the code)."""
     a = {i: 1 + (n - 1 - i) for i in range(n)}
@@ -79,7 +85,7 @@ def test_heads_attend_to_exactly_the_theorem_sets(pair: tuple[int, int]) -> None
             assert (inside - 1 / len(keys)).abs().max() <= leak + 1e-6, (head, q)
 
 
-# ----------------------------------------------------------------- FFN on its whole domain (§3.7)
+# --------------------------------- FFN on its whole domain (docs/theorem-5-1.md, "The feed-forward network")
 def ffn_domain() -> list[tuple[dict[str, float], int]]:
     """Every reachable (PRE_SUM, PRE_CARRY, NUM, PRE_EOS) at an answer-predicting position, with the
     correct next token from integer arithmetic (10 stands for '$')."""
@@ -98,46 +104,61 @@ def ffn_domain() -> list[tuple[dict[str, float], int]]:
     return cases
 
 
-def ffn_outputs(model, cases, jitter: float = 0.0) -> torch.Tensor:
+# The error bound (docs/theorem-5-1.md, "The error bound"): with softmax leak δ < 1/620 the heads
+# move PRE_SUM by at most 27δ, PRE_CARRY by 36δ and PRE_EOS by δ. Every corner of that box must
+# leave SUM and IS_EOS exactly 0/1.
+LEAK = 1 / 620
+BOX = {"PRE_SUM": 27 * LEAK, "PRE_CARRY": 36 * LEAK, "PRE_EOS": LEAK}
+
+
+def box_corners() -> list[dict[str, float]]:
+    """The 8 corners of the perturbation box (each coordinate at its + or − bound)."""
+    return [dict(zip(BOX, (sign * bound for sign, bound in zip(signs, BOX.values()))))
+            for signs in itertools.product((-1, 1), repeat=len(BOX))]
+
+
+def ffn_outputs(model, inputs: list[dict[str, float]]) -> torch.Tensor:
+    """Residual after the feed-forward network for residual vectors given by named coordinates
+    (FULL_ONES = 1 is added), computed in float64 with the model's weights."""
     basis = residual_basis(model.cfg.d_model)
-    x = torch.zeros(len(cases), model.cfg.d_model, dtype=torch.float64)
-    for row, (values, _) in enumerate(cases):
-        x[row, basis.index("FULL_ONES")] = 1
-        for name, value in values.items():
-            x[row, basis.index(name)] = value
-    x = x.to(model.cfg.torch_dtype)
-    if jitter:
-        g = torch.Generator().manual_seed(0)
-        x[:, basis.index("PRE_SUM")] += (torch.rand(len(cases), generator=g) * 2 - 1).to(x.dtype) * jitter
-        x[:, basis.index("PRE_EOS")] += (torch.rand(len(cases), generator=g) * 2 - 1).to(x.dtype) * jitter
+    names = sorted({name for values in inputs for name in values})
+    x = torch.zeros(len(inputs), model.cfg.d_model, dtype=torch.float64)
+    x[:, basis.index("FULL_ONES")] = 1
+    x[:, [basis.index(name) for name in names]] = torch.tensor(
+        [[values.get(name, 0.0) for name in names] for values in inputs], dtype=torch.float64)
     block = model.blocks[0]
     with torch.no_grad():
-        resid = x + block.mlp(x, None, "")
-    return resid
+        return x + block.mlp(x.to(model.cfg.torch_dtype), None, "").double()
 
 
-@pytest.mark.parametrize("jitter", [0.0, 0.045])
-def test_ffn_is_exact_on_its_whole_domain(jitter: float) -> None:
-    """One-hot SUM and IS_EOS are exactly 0/1 for every reachable input, and stay so under
-    perturbations below the 0.05 margin of §3.7 (what softmax leakage can cause)."""
+@pytest.mark.parametrize("perturbed", [False, True])
+def test_ffn_is_exact_on_its_whole_domain(perturbed: bool) -> None:
+    """One-hot SUM and IS_EOS are exactly 0/1 for every reachable input; with ``perturbed``, at
+    every corner of the box the leak bound allows, for every reachable input."""
     model, _ = model_for(n_digits=40, dtype="float64")
     cases = ffn_domain()
     assert len(cases) == 19 + 200 * 19 + 2
-    resid = ffn_outputs(model, cases, jitter)
+    shifts = box_corners() if perturbed else [{}]
+    inputs = [{**values, **{k: values[k] + shift[k] for k in shift}} for values, _ in cases for shift in shifts]
+    wants = [want for _, want in cases for _ in shifts]
+    resid = ffn_outputs(model, inputs)
     basis = residual_basis(model.cfg.d_model)
     sums = resid[:, [basis.index(f"SUM[{k}]") for k in range(10)]]
     eos = resid[:, basis.index("IS_EOS")]
-    for row, (_, want) in enumerate(cases):
-        if want == 10:
-            assert float(eos[row]) == pytest.approx(1.0, abs=1e-9)
-        else:
-            assert float(eos[row]) == pytest.approx(0.0, abs=1e-9)
-            onehot = torch.zeros(10, dtype=sums.dtype)
-            onehot[want] = 1
-            assert torch.allclose(sums[row], onehot, atol=1e-9), (cases[row], sums[row])
+    want = torch.tensor(wants)
+    digit_rows = want != 10  # at EOS only IS_EOS matters: '$' scores 2, a digit at most 1
+    expected_sums = torch.nn.functional.one_hot(want.clamp(max=9), 10).double() * digit_rows[:, None]
+    expected_eos = (~digit_rows).double()
+    bad_rows = (((sums - expected_sums).abs().amax(1) > 1e-9) & digit_rows) | ((eos - expected_eos).abs() > 1e-9)
+    assert not bad_rows.any(), [inputs[i] for i in torch.nonzero(bad_rows)[:3, 0].tolist()]
     logits = resid @ model.unembed.W_U.detach()
-    predicted = logits.argmax(-1).tolist()
-    assert predicted == [ADDITION.EOS if want == 10 else want for _, want in cases]
+    assert logits.argmax(-1).tolist() == [ADDITION.EOS if want == 10 else want for want in wants]
+
+
+def test_the_perturbation_box_is_the_margin() -> None:
+    """The box is tight: its PRE_SUM/PRE_CARRY corners move t by just under the 0.05 margin."""
+    worst_t = BOX["PRE_SUM"] + BOX["PRE_CARRY"] / 10
+    assert 0.049 < worst_t < 0.05 and len(box_corners()) == 8
 
 
 # ----------------------------------------------------------------- end to end
@@ -183,7 +204,7 @@ def test_adversarial_carry_chains(n: int) -> None:
 @pytest.mark.parametrize("P", [2, 3, 4, 6])
 def test_the_bound_is_tight_for_the_table(P: int) -> None:
     """n = 2^P − 2 works (the largest position ID is 2^P); n = 2^P − 1 is refused clearly."""
-    d = 17 + 2 * P
+    d = PAPER_TOKEN_DIMS + 2 * P
     n = 2**P - 2
     model, _ = build_model(d_model=d)
     for a, b in adversarial_pairs(n)[:3]:
@@ -197,27 +218,31 @@ def test_the_bound_is_tight_for_the_table(P: int) -> None:
 def test_greedy_and_teacher_agree_on_a_wrong_model() -> None:
     """The equivalence the CLI relies on also holds when the model is wrong."""
     model, _ = build_model(n_digits=8)
+    carry_value = head_basis(position_dims(model.cfg.d_model)).index("val_NUM")
     with torch.no_grad():
-        model.blocks[0].attn.W_O[1, -2, :] = 0  # the carry head no longer writes PRE_CARRY
+        model.blocks[0].attn.W_O[1, carry_value, :] = 0  # the carry head no longer writes PRE_CARRY
     a, b = 59999999, 1
-    inst = ADDITION.instance(str(a), str(b))
-    pred = teacher_forced_argmax(model, inst.tokens, inst.pos_ids, inst.prompt_len - 1).numpy()
-    assert not np.array_equal(pred, inst.answer_tokens)
-    assert add(model, a, b) != a + b
+    teacher, expected = answer_predictions(model, a, b, "teacher")
+    greedy, _ = answer_predictions(model, a, b, "greedy")
+    wrong = first_wrong_position(teacher, expected)
+    assert wrong is not None and first_wrong_position(greedy, expected) == wrong
+    assert greedy[: wrong + 1].tolist() == teacher[: wrong + 1].tolist()
 
 
 # ----------------------------------------------------------------- a wrong construction is caught
 def _perturbed(name: str) -> torch.nn.Module:
     model, _ = build_model(n_digits=6, dtype="float64")
-    basis = residual_basis(model.cfg.d_model)
+    basis, units = residual_basis(model.cfg.d_model), mlp_basis()
+    head = head_basis(position_dims(model.cfg.d_model))
+    traps = [units.index(unit) for unit in trapezoid_units()]
     mlp, attn = model.blocks[0].mlp, model.blocks[0].attn
     with torch.no_grad():
         if name == "carry threshold":  # the NUM coefficient of t: -0.2 -> -0.15 moves the carry decision
-            mlp.W_in[basis.index("NUM"), :80] = -0.15
+            mlp.W_in[basis.index("NUM"), traps] = -0.15
         elif name == "head-1 scale":
-            attn.W_O[0, -2, basis.index("PRE_SUM")] = 2.9
+            attn.W_O[0, head.index("val_NUM"), basis.index("PRE_SUM")] = 2.9
         elif name == "eos ramp":
-            mlp.W_in[basis.index("FULL_ONES"), 80] = -0.3
+            mlp.W_in[basis.index("FULL_ONES"), units.index(eos_unit(EOS_RAMP[0]))] = -0.3
         elif name == "sharpness":
             attn.W_Q.mul_(0.2)
     return model
@@ -226,7 +251,8 @@ def _perturbed(name: str) -> torch.nn.Module:
 @pytest.mark.parametrize("name", ["carry threshold", "head-1 scale", "eos ramp", "sharpness"])
 def test_one_wrong_weight_is_caught(name: str) -> None:
     model = _perturbed(name)
-    pairs = [(a, b) for n in range(1, 7) for a, b in adversarial_pairs(n)] + [(a, b) for a in range(0, 100, 3) for b in range(0, 100, 7)]
+    pairs = [(a, b) for n in range(1, 7) for a, b in adversarial_pairs(n)]
+    pairs += [(a, b) for a in range(0, 100, 3) for b in range(0, 100, 7)]
     assert any(teacher_sum(model, a, b) != a + b for a, b in pairs)
 
 
@@ -254,18 +280,35 @@ def test_gpu_long_operands(n: int) -> None:
         assert teacher_sum(model, a, b) == a + b
 
 
-def test_hypercube_code_and_position_table() -> None:
-    """v_p matches the bit definition; distinct IDs differ in at least one sign (inner product <= P-2)."""
-    from constructions.addition import hypercube_code, position_table, weight_entries
+def independent_position_table(d_model: int, n_positions: int) -> torch.Tensor:
+    """W_pos written out from the definition, one coordinate at a time: ID p ≥ 1 has v_p[i] = −1
+    if bit i of p − 1 is set, else +1; v_0 = 0; row p holds v_p in POS_1 and v_{p−1} in POS_2."""
+    P = (d_model - PAPER_TOKEN_DIMS) // 2
+    basis = residual_basis(d_model)
+    table = torch.zeros(n_positions, d_model, dtype=torch.float64)
+    for p in range(n_positions):
+        for block, q in (("POS_1", p), ("POS_2", p - 1)):
+            if q >= 1:
+                for i in range(P):
+                    table[p, basis.index(f"{block}[{i}]")] = -1.0 if (q - 1) >> i & 1 else 1.0
+    return table
 
+
+@pytest.mark.parametrize("d_model, n_digits", [(21, 2), (22, 1), (23, 6), (29, 40), (33, 254)])
+def test_position_table_is_the_hypercube_code(d_model: int, n_digits: int) -> None:
+    """The model's W_pos (and the entry-by-entry W_pos of weight_entries) against the definition."""
+    model, _ = build_model(n_digits=n_digits, d_model=d_model, dtype="float64")
+    n_positions = model.cfg.n_ctx
+    expected = independent_position_table(d_model, n_positions)
+    assert torch.equal(model.pos_embed.W_pos, expected)
+    assert torch.equal(weight_entries(d_model, 1.0, n_positions)["W_pos"].tensor(), expected)
+
+
+def test_hypercube_codes_separate_every_pair_of_ids() -> None:
+    """⟨v_p, v_q⟩ = P for p = q and ≤ P − 2 otherwise: the score gap 2M of both heads."""
     P = 4
-    for p in range(1, 2**P + 1):
-        assert hypercube_code(p, P) == [1 - 2 * (((p - 1) >> i) & 1) for i in range(P)]
-    codes = [hypercube_code(p, P) for p in range(1, 2**P + 1)]
-    for x in range(len(codes)):
-        for y in range(len(codes)):
-            dot = sum(u * v for u, v in zip(codes[x], codes[y]))
-            assert dot == P if x == y else dot <= P - 2
-    assert hypercube_code(0, P) == [0] * P
-    table = position_table(17 + 2 * P, 2**P + 1)
-    assert torch.equal(table, weight_entries(17 + 2 * P, 1.0, 2**P + 1)["W_pos"].tensor())
+    d_model = PAPER_TOKEN_DIMS + 2 * P
+    codes = independent_position_table(d_model, 2**P + 1)[1:, residual_basis(d_model).block("POS_1")]
+    dots = codes @ codes.T
+    assert torch.equal(dots.diagonal(), torch.full((2**P,), float(P), dtype=torch.float64))
+    assert (dots[~torch.eye(2**P, dtype=torch.bool)] <= P - 2).all()

@@ -72,5 +72,44 @@ def test_cpu_long_path_in_query_chunks_reports_progress(monkeypatch: pytest.Monk
     with attention.report_progress(lambda done, total: seen.append((done, total))):
         out = long_attention(q, k, v, 0.9)
     assert (out - ref).abs().max() < 1e-12
-    if hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu"):
+    if attention.cpu_flash_kernel() is not None:
         assert seen == [(64, 300), (128, 300), (192, 300), (256, 300), (300, 300)]
+
+
+class _AtenWithoutCpuFlash:
+    """torch.ops.aten as a torch build without the private fused CPU op would show it."""
+
+    def __init__(self, aten: object) -> None:
+        self._aten = aten
+
+    def __getattr__(self, name: str) -> object:
+        if name == "_scaled_dot_product_flash_attention_for_cpu":
+            raise AttributeError(name)
+        return getattr(self._aten, name)
+
+
+def test_long_path_without_the_private_cpu_op(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A torch without aten._scaled_dot_product_flash_attention_for_cpu falls back to the chunked
+    kernel: same results, on the attention call and through a whole model on the long path."""
+    import lengthgen.attention as attention
+    import lengthgen.model as model_module
+    from constructions.addition import add, build_model
+
+    monkeypatch.setattr(torch.ops, "aten", _AtenWithoutCpuFlash(torch.ops.aten))
+    assert attention.cpu_flash_kernel() is None
+    chunked_calls: list[int] = []
+    real_chunked = attention.chunked_attention
+
+    def counting_chunked(*args, **kwargs):
+        chunked_calls.append(1)
+        return real_chunked(*args, **kwargs)
+
+    monkeypatch.setattr(attention, "chunked_attention", counting_chunked)
+    q, k, v = _qkv(300, 500, torch.float64)
+    ref, _, _ = dense_attention(q, k, v, 0.9)
+    assert (long_attention(q, k, v, 0.9) - ref).abs().max() < 1e-12 and chunked_calls
+    monkeypatch.setattr(model_module, "DENSE_ENTRIES_LIMIT", 16)  # every pass takes the long path
+    model, _ = build_model(n_digits=40)
+    a, b = 10**40 - 1, 1
+    calls_before = len(chunked_calls)
+    assert add(model, a, b) == a + b and len(chunked_calls) > calls_before

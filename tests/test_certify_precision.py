@@ -22,7 +22,10 @@ def test_bfloat16_breaks_at_one_digit_by_score_rounding() -> None:
     assert entry["largest_certified"] <= entry["largest_exact"]  # the certificate is sound
     # independent of the precision code: greedy decoding of the bfloat16 model gets 9 + 9 wrong
     model, _ = build_model(n_digits=1, d_model=23, dtype="bfloat16")
-    assert add(model, 9, 9) != 18
+    try:
+        assert add(model, 9, 9) != 18
+    except ArithmeticError:  # UndecidedPrediction: no logit wins by the decision margin, also wrong
+        pass
 
 
 def test_staged_run_in_float64_is_exact() -> None:

@@ -5,7 +5,9 @@ import pytest
 import torch
 
 import lengthgen.model as model_module
-from lengthgen.decode import greedy_generate
+from lengthgen.decode import (
+    DECISION_MARGIN, UNDECIDED, decided_argmax, greedy_generate, greedy_generate_batch, teacher_forced_argmax,
+)
 from lengthgen.model import KVCache, Transformer, TransformerConfig
 
 
@@ -94,6 +96,34 @@ def test_greedy_generate_is_argmax_of_full_forward() -> None:
     for _ in range(6):
         seq.append(int(m(torch.tensor([seq]))[0, -1].argmax()))
     assert out == seq[4:]
+
+
+def test_decided_argmax_needs_a_margin() -> None:
+    logits = torch.tensor([[0.0, 1.0, 1.0], [0.0, 1.0, 1.0 - DECISION_MARGIN / 2], [0.0, 1.0, 0.99], [3.0, -1.0, 2.0]])
+    assert decided_argmax(logits).tolist() == [UNDECIDED, UNDECIDED, 1, 0]
+    assert decided_argmax(logits, margin=2.0).tolist() == [UNDECIDED] * 4
+    assert decided_argmax(logits.to(torch.bfloat16)).tolist() == [UNDECIDED, UNDECIDED, 1, 0]
+
+
+def copy_or_tie_model() -> Transformer:
+    """No layers: token 1 predicts 1 by a margin of 1; after token 2 every logit is 0 (a tie)."""
+    m = Transformer(TransformerConfig(d_vocab=3, d_model=2, n_layers=0, positional="none", dtype="float64"))
+    with torch.no_grad():
+        m.embed.W_E.zero_()
+        m.embed.W_E[1, 0] = 1.0
+        m.unembed.W_U.zero_()
+        m.unembed.W_U[0, 1] = 1.0
+    return m.eval()
+
+
+def test_greedy_decoding_ends_at_an_undecided_step() -> None:
+    """An undecided step ends the row with UNDECIDED (no token is picked); other rows go on."""
+    m = copy_or_tie_model()
+    assert greedy_generate(m, [0, 2], max_new_tokens=4) == [UNDECIDED]
+    assert greedy_generate(m, [0, 1], max_new_tokens=4) == [1, 1, 1, 1]
+    rows = greedy_generate_batch(m, torch.tensor([[0, 1], [0, 2]]), max_new_tokens=3, stop_token=0)
+    assert rows == [[1, 1, 1], [UNDECIDED]]
+    assert teacher_forced_argmax(m, [0, 2, 1, 1], None, first=1).tolist() == [UNDECIDED, 1]
 
 
 @pytest.mark.parametrize("bad", [{"positional": "rope"}, {"act_fn": "tanh"}, {"normalization": "RMS"}, {"dtype": "int8"},

@@ -1,13 +1,14 @@
 """Command line for Theorem 5.1's construction: ``python -m constructions.addition``.
 
-Builds the model, adds two numbers *with the transformer*, and checks the result against exact
-integer arithmetic. Exit status: 0 exactly right, 1 wrong (the first wrong answer position is
-printed), 2 bad input.
+Builds the model, adds two numbers *with the transformer*, prints the model's sum and checks it
+against exact integer arithmetic. Exit status: 0 exactly right, 1 wrong (the first wrong answer
+position is printed), 2 bad input.
 
-Modes: ``teacher`` runs one forward pass over prompt + true answer and checks the argmax at every
-answer position; by induction over decoding steps this is equivalent to greedy exact match (if
-every prediction is right given a right prefix, greedy decoding never leaves the right prefix).
-``greedy`` really decodes token by token with a key/value cache.
+Modes: ``teacher`` runs one forward pass over prompt + true answer and checks the prediction at
+every answer position; by induction over decoding steps this is equivalent to greedy exact match
+(if every prediction is right given a right prefix, greedy decoding never leaves the right
+prefix). ``greedy`` really decodes token by token with a key/value cache. Both count a prediction
+only when its logit beats every other by the margin of :func:`lengthgen.decode.decided_argmax`.
 """
 from __future__ import annotations
 
@@ -27,7 +28,11 @@ EPILOG = """examples:
   python -m constructions.addition --digits 100000
   python -m constructions.addition --a 653 --b 49 --mode greedy
   python -m constructions.addition --a @a.txt --b @b.txt --output sum.txt --json
-exit status: 0 the model's sum is exactly right, 1 it is wrong, 2 bad input"""
+exit status: 0 the model's sum is exactly right, 1 it is wrong, 2 bad input
+a prediction counts only if its logit beats every other logit by a margin (ties are wrong)"""
+DTYPES = ("float32", "float64", "float16", "bfloat16")
+SHOWN_DIGITS = 1000  # a longer sum is abbreviated on the screen (--output and --json hold it in full)
+UNDECIDED_CHAR = "?"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,10 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--b", help="second operand: decimal digits, or @PATH to a file of digits")
     p.add_argument("--d-model", type=int, help="embedding dimension d >= 21 (default: the smallest that fits)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="default auto: cuda when available")
-    p.add_argument("--dtype", default="float32", help="float32 (default) or float64")
+    p.add_argument("--dtype", default="float32", help=f"{', '.join(DTYPES)} (default float32)")
     p.add_argument("--mode", default="teacher", choices=["teacher", "greedy"],
                    help="teacher: one forward pass checking every answer token (default); greedy: decode with a KV cache")
-    p.add_argument("--output", type=Path, help="write the model's sum (decimal digits) to this file")
+    p.add_argument("--output", type=Path, help="write the model's sum (all its decimal digits) to this file")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
@@ -99,13 +104,12 @@ def operands_from(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray]:
 def run(args: argparse.Namespace) -> dict:
     import torch
 
-    from lengthgen.decode import greedy_generate, teacher_forced_argmax
-    from lengthgen.tasks import ADDITION
+    from lengthgen.decode import UNDECIDED
 
-    from .model import CapacityError, START_ID, build_model
+    from .model import CapacityError, answer_predictions, build_model, first_wrong_position
 
-    if args.dtype not in ("float32", "float64"):
-        raise UsageError(f"unknown --dtype {args.dtype!r}; choose float32 or float64")
+    if args.dtype not in DTYPES:
+        raise UsageError(f"unknown --dtype {args.dtype!r}; choose one of {', '.join(DTYPES)}")
     a, b = operands_from(args)
     device = resolve_device(args.device)
     n = max(len(a), len(b))
@@ -113,33 +117,23 @@ def run(args: argparse.Namespace) -> dict:
         model, meta = build_model(n_digits=n, d_model=args.d_model, dtype=args.dtype, device=device)
     except CapacityError as exc:
         raise UsageError(str(exc)) from None
-    inst = ADDITION.instance(a, b, start=START_ID)
-    expected = inst.answer_tokens
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
     show_progress = not args.no_progress and not args.json and sys.stderr.isatty()
-    if args.mode == "teacher":
-        with _attention_progress_bar(show_progress):
-            pred = teacher_forced_argmax(model, inst.tokens, inst.pos_ids, first=inst.prompt_len - 1).cpu().numpy()
-    else:
-        pred = np.array(greedy_generate(
-            model, inst.tokens[: inst.prompt_len], inst.pos_ids[: inst.prompt_len],
-            new_pos_ids=inst.pos_ids[inst.prompt_len :], stop_token=ADDITION.EOS,
-            progress=show_progress,
-        ))
+    with _attention_progress_bar(show_progress and args.mode == "teacher"):
+        pred, expected = answer_predictions(model, a, b, args.mode, progress=show_progress)
     if device == "cuda":
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start
     peak = torch.cuda.max_memory_allocated() if device == "cuda" else _rss_peak_bytes()
-    length = min(len(pred), len(expected))
-    mismatch = np.nonzero(pred[:length] != expected[:length])[0]
-    first_wrong = int(mismatch[0]) if len(mismatch) else (None if len(pred) == len(expected) else length)
+    first_wrong = first_wrong_position(pred, expected)
+    undecided = first_wrong is not None and first_wrong < len(pred) and int(pred[first_wrong]) == UNDECIDED
     return {
-        "digits": n, "correct": first_wrong is None, "n_tokens": int(len(inst.tokens)), "d_model": meta["d_model"],
-        "heads": model.cfg.n_heads, "device": device, "dtype": args.dtype, "mode": args.mode,
-        "seconds": round(seconds, 3), "peak_memory_bytes": int(peak), "first_wrong_position": first_wrong,
-        "M": meta["M"], "leak_bound": meta["leak_bound"], "_pred": pred,
+        "digits": n, "correct": first_wrong is None, "sum": model_sum_digits(pred), "n_tokens": 3 * n + 5,
+        "d_model": meta["d_model"], "heads": model.cfg.n_heads, "device": device, "dtype": args.dtype,
+        "mode": args.mode, "seconds": round(seconds, 3), "peak_memory_bytes": int(peak),
+        "first_wrong_position": first_wrong, "undecided": undecided, "M": meta["M"], "leak_bound": meta["leak_bound"],
     }
 
 
@@ -174,10 +168,24 @@ def _rss_peak_bytes() -> int:
 
 
 def model_sum_digits(pred: np.ndarray) -> str:
-    """The answer tokens c_0..c_n (reversed sum) as a decimal string, most significant first."""
-    digits = [int(t) for t in pred if t <= 9]
-    text = "".join(map(str, digits[::-1])).lstrip("0")
-    return text or "0"
+    """The model's answer tokens c_0..c_n (reversed sum, then ``$``) as the sum it states, most
+    significant digit first, without leading zeros. An undecided prediction shows as ``?``; any
+    other non-digit token as its text (only a wrong model produces either)."""
+    from lengthgen.decode import UNDECIDED
+    from lengthgen.tasks import ADDITION
+
+    tokens = [int(t) for t in pred]
+    if tokens and tokens[-1] == ADDITION.EOS:
+        tokens = tokens[:-1]
+    chars = [UNDECIDED_CHAR if t == UNDECIDED else ADDITION.vocab[t] for t in tokens[::-1]]
+    return "".join(chars).lstrip("0") or "0"
+
+
+def abbreviated(text: str, limit: int = SHOWN_DIGITS) -> str:
+    """``text`` if it fits ``limit`` characters, else its first and last digits around a count."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:40]}...{text[-40:]} ({len(text)} digits; --output FILE writes all of them)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -192,22 +200,26 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     result = run(args)
-    pred = result.pop("_pred")
     if args.output is not None:
         try:
-            args.output.write_text(model_sum_digits(pred) + "\n")
+            args.output.write_text(result["sum"] + "\n")
         except OSError as exc:
             raise UsageError(f"cannot write --output {args.output}: {exc.strerror or exc}") from None
     if args.json:
         print(json.dumps(result))
     else:
         verdict = "EXACT" if result["correct"] else f"WRONG at answer position {result['first_wrong_position']}"
+        if result["undecided"]:
+            verdict += " (undecided: no logit beats the others by the decision margin)"
         print(
             f"{verdict}: {result['digits']}-digit addition, {result['n_tokens']} tokens, d_model={result['d_model']}, "
             f"{result['heads']} heads, {result['device']}/{result['dtype']}, mode={result['mode']}, "
             f"{result['seconds']:.2f} s, peak memory {result['peak_memory_bytes'] / 2**20:.0f} MiB, "
             f"M={result['M']:.3f} (softmax leak <= {result['leak_bound']:.1e})"
         )
+        label = "sum" if result["correct"] or args.mode == "greedy" else "per-position predictions (true prefix)"
+        print(f"{label}: {abbreviated(result['sum'])}")
         if not result["correct"]:
-            print("answer positions count from c_0 (the ones digit); the last position is the final '$'")
+            print("answer positions count from c_0 (the ones digit); the last position is the final '$'; "
+                  f"'{UNDECIDED_CHAR}' marks an undecided prediction")
     return 0 if result["correct"] else 1

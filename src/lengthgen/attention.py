@@ -6,7 +6,7 @@ position ``q_offset + r`` with ``q_offset = Lk - Lq`` and may attend to keys ``j
 ("lower-right" causal alignment). This is what a KV-cache decoding step, a full forward pass
 (``Lq == Lk``) and a pass that only scores the answer tokens (``Lq < Lk``) all need.
 
-``window`` is Hard-ALiBi (Jelassi et al. 2024, see turing-programs-rasp.md §A.3.1): a head with
+``window`` is Hard-ALiBi (Jelassi et al. 2024, "Repeat After Me"; docs/turing-programs.md): a head with
 window ``m`` sees only keys ``j`` with ``q - m < j <= q``; ``None`` is plain causal attention.
 
 Shapes: ``q`` is ``[B, H, Lq, E]``, ``k`` is ``[B, H, Lk, E]``, ``v`` is ``[B, H, Lk, Ev]``.
@@ -25,6 +25,12 @@ Paths
     * otherwise (float64 on CUDA, Hard-ALiBi windows, torch builds without the fused op):
       ``chunked_attention``, an online-softmax (flash-attention style) loop in plain torch ops.
 All paths agree with the dense path up to float rounding (tested in tests/test_attention.py).
+
+The CPU kernel is torch's private ``aten._scaled_dot_product_flash_attention_for_cpu`` (it
+returns the log-sum-exp the merge needs; the public ``scaled_dot_product_attention`` does not).
+It exists from torch 2.2 on, the CUDA path's ``torch.nn.attention`` API from 2.3 (the floor in
+pyproject.toml). A private op may vanish or change in a later torch: when it is missing,
+:func:`cpu_flash_kernel` returns None and the long path falls back to ``chunked_attention``.
 """
 from __future__ import annotations
 
@@ -40,6 +46,7 @@ __all__ = ["dense_attention", "long_attention", "chunked_attention", "causal_mas
 
 #: queries per fused-kernel call on the CPU long path (bounds per-call memory; drives progress)
 QUERY_CHUNK = 16384
+CPU_FLASH_OP = "_scaled_dot_product_flash_attention_for_cpu"
 _progress: ContextVar[Callable[[int, int], None] | None] = ContextVar("attention_progress", default=None)
 
 
@@ -130,18 +137,22 @@ def chunked_attention(
     return out
 
 
-def _cpu_flash_with_lse(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, causal: bool
-) -> tuple[torch.Tensor, torch.Tensor]:
-    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-        q, k, v, 0.0, causal, scale=scale
-    )[:2]
-    return out, lse
+def cpu_flash_kernel() -> Callable | None:
+    """torch's fused CPU flash-attention op (returns output and log-sum-exp), or None when this
+    torch build has no such op."""
+    return getattr(torch.ops.aten, CPU_FLASH_OP, None)
 
 
-def _cpu_long_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+def _cpu_long_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, kernel: Callable
+) -> torch.Tensor:
     """Per query chunk: prefix (fully visible keys) + diagonal (square causal) block, both through
-    the fused flash kernel, merged exactly by their log-sum-exps."""
+    the fused flash ``kernel``, merged exactly by their log-sum-exps."""
+
+    def flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        out, lse = kernel(q, k, v, 0.0, causal, scale=scale)[:2]
+        return out, lse
+
     lq, lk = q.shape[-2], k.shape[-2]
     offset = lk - lq
     ev = v.shape[-1]
@@ -154,11 +165,11 @@ def _cpu_long_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale
         r1 = min(lq, r0 + QUERY_CHUNK)
         d0, d1 = offset + r0, offset + r1
         qc = q[..., r0:r1, :]
-        diag_out, diag_lse = _cpu_flash_with_lse(qc, k[..., d0:d1, :], v[..., d0:d1, :], scale, True)
+        diag_out, diag_lse = flash(qc, k[..., d0:d1, :], v[..., d0:d1, :], True)
         if d0 == 0:
             out[..., r0:r1, :] = diag_out
         else:
-            pre_out, pre_lse = _cpu_flash_with_lse(qc, k[..., :d0, :], v[..., :d0, :], scale, False)
+            pre_out, pre_lse = flash(qc, k[..., :d0, :], v[..., :d0, :], False)
             top = torch.maximum(diag_lse, pre_lse).unsqueeze(-1)
             w_diag = torch.exp(diag_lse.unsqueeze(-1) - top)
             w_pre = torch.exp(pre_lse.unsqueeze(-1) - top)
@@ -188,10 +199,9 @@ def long_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, window: int | None = None
 ) -> torch.Tensor:
     """Exact causal attention with memory O(N·d): picks the fastest path that fits (module doc)."""
-    if window is None and q.device.type == "cpu" and hasattr(
-        torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu"
-    ):
-        return _cpu_long_attention(q, k, v, scale)
+    kernel = cpu_flash_kernel() if window is None and q.device.type == "cpu" else None
+    if kernel is not None:
+        return _cpu_long_attention(q, k, v, scale, kernel)
     if window is None and q.device.type == "cuda" and q.dtype != torch.float64:
         return _cuda_long_attention(q, k, v, scale)
     return chunked_attention(q, k, v, scale, window)

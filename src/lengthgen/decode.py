@@ -1,9 +1,15 @@
-"""Task-agnostic decoding: greedy generation with a KV cache, and teacher-forced argmax.
+"""Task-agnostic decoding: greedy generation with a KV cache, and teacher-forced predictions.
 
 These loops would serve any weights (AdderBoard rule: "the autoregressive generation loop lives
 outside the model"). The position IDs of generated tokens are *input data* supplied by the caller
-(under position coupling they are known in advance from the prompt, Cho et al. 2024 §3), never
-computed here.
+(under position coupling they are known in advance from the prompt, Cho et al. 2024, Section 3),
+never computed here.
+
+One rule decides every prediction, in both loops and wherever a prediction is scored:
+:func:`decided_argmax`. A position whose top logit does not beat the runner-up by more than
+:data:`DECISION_MARGIN` predicts :data:`UNDECIDED` (−1), which equals no token, so it can never
+be counted right, and greedy decoding stops there instead of guessing. To score logits against
+targets, use ``decided_argmax(logits) == targets``.
 """
 from __future__ import annotations
 
@@ -18,6 +24,7 @@ DECISION_MARGIN = 1e-3
 """Default margin of the one rule for "exact" used everywhere in the project: a prediction counts
 only if the chosen logit exceeds every other logit by more than this (ties and near-ties fail)."""
 UNDECIDED = -1
+"""The prediction of a position without a margin. It is not a token id: it never equals a target."""
 
 
 def decided_argmax(logits: torch.Tensor, margin: float = DECISION_MARGIN) -> torch.Tensor:
@@ -47,15 +54,18 @@ def greedy_generate(
     max_new_tokens: int | None = None,
     stop_token: int | None = None,
     progress: bool = False,
+    margin: float = DECISION_MARGIN,
 ) -> list[int]:
-    """Greedy decoding of one prompt: argmax of the last position's logits, appended, repeated.
+    """Greedy decoding of one prompt: the decided argmax of the last position's logits, appended,
+    repeated.
 
     ``new_pos_ids[i]`` is the position ID given to the i-th generated token when it is fed back
-    (default: consecutive IDs after the prompt). Stops after ``stop_token`` (included in the output)
-    or after ``max_new_tokens`` (default ``len(new_pos_ids) + 1``).
+    (default: consecutive IDs after the prompt). Stops after ``stop_token`` (included in the output),
+    after an undecided step (:data:`UNDECIDED` is the last element: the caller must treat the
+    output as wrong) or after ``max_new_tokens`` (default ``len(new_pos_ids) + 1``).
     """
     rows = (_as_tensor(x, model.device) for x in (prompt, prompt_pos_ids, new_pos_ids))
-    return greedy_generate_batch(model, *rows, max_new_tokens, stop_token, progress)[0]
+    return greedy_generate_batch(model, *rows, max_new_tokens, stop_token, progress, margin)[0]
 
 
 @torch.inference_mode()
@@ -67,11 +77,13 @@ def greedy_generate_batch(
     max_new_tokens: int | None = None,
     stop_token: int | None = None,
     progress: bool = False,
+    margin: float = DECISION_MARGIN,
 ) -> list[list[int]]:
     """Greedy decoding of a batch of equal-length prompts ``[B, T]`` with a shared KV cache.
 
-    Rows that emit ``stop_token`` keep being fed (their later tokens are discarded) until every row
-    has stopped, so each row's output equals what :func:`greedy_generate` gives for it alone."""
+    A row ends after ``stop_token`` or after an :data:`UNDECIDED` step (both kept as its last
+    element). Ended rows keep being fed (their later tokens are discarded) until every row has
+    ended, so each row's output equals what :func:`greedy_generate` gives for it alone."""
     device = model.device
     prompts = prompts.to(device)
     batch, length = prompts.shape
@@ -94,24 +106,30 @@ def greedy_generate_batch(
         bar = tqdm(total=max_new_tokens, desc="greedy decoding", unit="tok", file=sys.stderr, leave=False)
     try:
         for step in range(max_new_tokens):
-            token = logits[:, -1].argmax(dim=-1)
+            token = decided_argmax(logits[:, -1], margin)
             generated.append(token)
             if bar is not None:
                 bar.update(1)
-            if stop_token is not None:
-                stopped |= token == stop_token
+            stopped |= _ends_row(token, stop_token)
             if bool(stopped.all()) or step + 1 == max_new_tokens:
                 break
             if step >= new_pos_ids.shape[1]:
                 raise ValueError(f"no position ID given for generated token {step + 1}")
-            logits = model(token[:, None], new_pos_ids[:, step : step + 1], cache=cache)
+            fed = token.clamp_min(0)  # an undecided row has ended: what it is fed is discarded
+            logits = model(fed[:, None], new_pos_ids[:, step : step + 1], cache=cache)
     finally:
         if bar is not None:
             bar.close()
-    rows = torch.stack(generated, dim=1).tolist()
-    if stop_token is not None:
-        rows = [row[: row.index(stop_token) + 1] if stop_token in row else row for row in rows]
-    return rows
+    steps = torch.stack(generated, dim=1)
+    ended = _ends_row(steps, stop_token)
+    lengths = torch.where(ended.any(dim=1), ended.int().argmax(dim=1) + 1, steps.shape[1]).tolist()
+    return [row[:n] for row, n in zip(steps.tolist(), lengths)]
+
+
+def _ends_row(tokens: torch.Tensor, stop_token: int | None) -> torch.Tensor:
+    """Where a generated row ends: an undecided step, or the stop token."""
+    ended = tokens == UNDECIDED
+    return ended if stop_token is None else ended | (tokens == stop_token)
 
 
 @torch.inference_mode()
@@ -120,12 +138,15 @@ def teacher_forced_argmax(
     tokens: Sequence[int] | torch.Tensor,
     pos_ids: Sequence[int] | torch.Tensor | None,
     first: int,
+    margin: float = DECISION_MARGIN,
 ) -> torch.Tensor:
-    """Argmax predictions of positions ``first .. T-2`` (each predicts the next token) in one
-    forward pass. If every prediction equals ``tokens[first+1:]``, greedy decoding from the prompt
-    ``tokens[:first+1]`` reproduces that continuation exactly (induction over steps)."""
+    """Decided-argmax predictions of positions ``first .. T-2`` (each predicts the next token) in
+    one forward pass; :data:`UNDECIDED` where a position has no margin. If every prediction equals
+    ``tokens[first+1:]``, greedy decoding from the prompt ``tokens[:first+1]`` reproduces that
+    continuation (induction over steps, up to the rounding differences between a full pass and
+    cached single-query steps, which the margin absorbs)."""
     device = model.device
     toks = _as_tensor(tokens, device)
     pos = _as_tensor(pos_ids, device)
     logits = model(toks[:, :-1], None if pos is None else pos[:, :-1], logits_from=first)
-    return logits[0].argmax(dim=-1)
+    return decided_argmax(logits[0], margin)

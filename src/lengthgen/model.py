@@ -1,7 +1,7 @@
 """A generic decoder-only transformer with TransformerLens parameter names (nanoGPT-style).
 
 The model knows nothing about any task. Positions are *data*: ``forward`` takes explicit position
-IDs and looks them up in the learned table ``W_pos`` (so position coupling, Cho et al. 2024 §3, is a
+IDs and looks them up in the learned table ``W_pos`` (so position coupling, Cho et al. 2024, Section 3, is a
 property of the input, not of the model), or ignores them (``positional="none"``, NoPE).
 
 Parameters, with TransformerLens names and shapes (state_dict keys equal TL's):
@@ -314,6 +314,8 @@ class Transformer(nn.Module):
         for layer, block in enumerate(self.blocks):
             q_from = logits_from if layer == len(self.blocks) - 1 else 0
             x = block(x, q_from, cache, layer, acts, f"blocks.{layer}")
+        if not self.blocks:  # no layer to skip the earlier positions
+            x = x[:, logits_from:]
         logits = self.ln_final(x) @ self.unembed.W_U + self.unembed.b_U
         return (logits, acts) if return_cache else logits
 

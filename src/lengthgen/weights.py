@@ -19,6 +19,8 @@ import torch
 from .model import Annotations, Transformer, TransformerConfig
 
 FORMATS = (".safetensors", ".npz")
+#: numpy has no bfloat16, so an .npz file cannot hold a bfloat16 model
+NPZ_DTYPES = (torch.float16, torch.float32, torch.float64)
 
 
 class WeightFileError(ValueError):
@@ -32,9 +34,18 @@ def _format_of(path: Path) -> str:
 
 
 def save_model(model: Transformer, path: str | os.PathLike) -> Path:
+    """Write ``model`` to ``path`` (.safetensors or .npz). Raises :class:`WeightFileError` for a
+    dtype the format cannot hold (bfloat16 in .npz)."""
     path = Path(path)
     fmt = _format_of(path)
     tensors = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    if fmt == ".npz":
+        unsupported = sorted({str(v.dtype).removeprefix("torch.") for v in tensors.values() if v.dtype not in NPZ_DTYPES})
+        if unsupported:
+            raise WeightFileError(
+                f"{path}: .npz cannot hold {', '.join(unsupported)} tensors (numpy has no such dtype); "
+                "save as .safetensors, or convert the model to float32 first"
+            )
     meta = {"config": json.dumps(model.cfg.to_dict()), "annotations": json.dumps(asdict(model.annotations))}
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=fmt)

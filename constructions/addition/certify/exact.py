@@ -1,14 +1,16 @@
-"""Theorem 5.1's construction in exact arithmetic with hard-max attention (issue 3, item 3).
+"""Theorem 5.1's construction in exact arithmetic with hard-max attention.
 
-The weights come from :func:`constructions.addition.model.weight_entries` with ``sqrt=sympy.sqrt`` and
-``number=sympy.nsimplify`` and a *symbolic* sharpness ``M > 0``: every attention score
+The weights come from :func:`constructions.addition.weights.weight_entries` with ``sqrt=sympy.sqrt``
+and ``number=sympy.nsimplify`` and a *symbolic* sharpness ``M > 0``: every attention score
 ``x_i W_Q W_K^T x_j`` is then ``M`` times a rational number (sympy simplifies √M·√M = M and
 √(MP)·√(MP) = MP), so the set of maximal-score keys — the hard-max limit of softmax as M → ∞
-(design note §3.9: uniform over the maximal keys) — is the same for every M > 0. All other weights
-are rationals (0.1 → 1/10, the trapezoid offsets, the EOS ramp). The forward pass then runs in
-``fractions.Fraction`` (the same rational numbers, converted from sympy for speed): no floating
-point anywhere. Every answer token (and the final EOS) must be the *strict* argmax of the logits
-and equal the digits of the Python integer a + b.
+(uniform over the maximal keys; docs/theorem-5-1.md, "The error bound") — is the same for every
+M > 0. All other weights are rationals (0.1 → 1/10, the trapezoid offsets, the EOS ramp). The
+forward pass then runs in ``fractions.Fraction`` (the same rational numbers, converted from sympy
+for speed): no floating point anywhere. Every answer token (and the final EOS) must win by the
+project's one rule for "exact" (:func:`lengthgen.decode.decided_argmax`: its logit beats every
+other logit by more than the decision margin, compared exactly) and equal the digits of the
+Python integer a + b.
 """
 from __future__ import annotations
 
@@ -18,10 +20,12 @@ from fractions import Fraction
 
 import sympy
 
+from lengthgen.decode import DECISION_MARGIN
 from lengthgen.positions import coupled_addition_ids
 from lengthgen.tasks import ADDITION
 
-from ..model import START_ID, position_dims, weight_entries
+from ..layout import START_ID, position_dims
+from ..weights import weight_entries
 
 Vec = dict[int, Fraction]
 
@@ -140,8 +144,10 @@ class ExactModel:
                 logits[t] += x * w
         return logits
 
-    def predict(self, tokens: list[int], ids: list[int], first: int) -> list[int | None]:
-        """Teacher-forced hard-max predictions of positions first … len−2 (None: argmax not strict)."""
+    def predict(self, tokens: list[int], ids: list[int], first: int,
+                margin: float = DECISION_MARGIN) -> list[int | None]:
+        """Teacher-forced hard-max predictions of positions first … len−2 (None: the top logit does
+        not beat the runner-up by more than ``margin``, the rule of ``decided_argmax``)."""
         keys = list(zip(tokens, ids))
         preds: list[int | None] = []
         for i in range(first, len(tokens) - 1):
@@ -150,10 +156,16 @@ class ExactModel:
                 scores = [self.score(h, keys[i], keys[j]) for j in range(i + 1)]
                 top = max(scores)
                 chosen.append(tuple(keys[j] for j, s in enumerate(scores) if s == top))
-            logits = self.resid_logits(keys[i], tuple(chosen))
-            best = max(logits)
-            preds.append(logits.index(best) if logits.count(best) == 1 else None)
+            preds.append(decided(self.resid_logits(keys[i], tuple(chosen)), margin))
         return preds
+
+
+def decided(logits: list[Fraction], margin: float = DECISION_MARGIN) -> int | None:
+    """The exact counterpart of :func:`lengthgen.decode.decided_argmax`: the index of the top
+    logit if it exceeds the runner-up by more than ``margin`` (as an exact rational), else None."""
+    ranked = sorted(range(len(logits)), key=logits.__getitem__, reverse=True)
+    top, runner_up = logits[ranked[0]], logits[ranked[1]]
+    return ranked[0] if top - runner_up > Fraction(margin) else None
 
 
 def expected_answer(a: int, b: int, n: int) -> list[int]:
@@ -197,5 +209,6 @@ def run_exact(d_model: int, exhaustive: int, sample_digits: list[int], samples: 
     if failures:
         print(f"FAIL: {len(failures)} of {total} additions disagree")
         return 1
-    print(f"PASS: {total} additions, every answer token and EOS a strict argmax, no floating point anywhere")
+    print(f"PASS: {total} additions, every answer token and EOS ahead of every other logit by more than "
+          f"{DECISION_MARGIN} (exact rationals), no floating point anywhere")
     return 0
