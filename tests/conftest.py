@@ -1,6 +1,6 @@
 """Shared test settings: hypothesis profiles, the `gpu` marker, thread counts.
 
-Profiles (see shared/design/ecosystem-conventions.md §8.6): `dev` (default locally),
+Profiles: `dev` (default locally),
 `ci` (hypothesis' built-in profile, auto-loaded when CI is set, extended here) and `gpu`.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The coupled position-ID rule (Cho et al. 2024 §3; theorem-5-1-addition.md §1.2)."""
+"""The coupled position-ID rule (Cho et al. 2024 §3; docs/theorem-5-1.md, "Position IDs")."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,0 +1,54 @@
+"""Every place the code cites the project's documentation points at a page and a heading that exist,
+and nothing user-facing points outside the project (design notes, issue numbers)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCE_DIRS = ("src", "constructions", "rasp", "tests", "examples", "bench", "figures")
+CITATION = re.compile(r'docs/([a-z0-9-]+\.md)(?:,\s*((?:"[^"\n]+"(?:,\s*)?)+))?')
+QUOTED = re.compile(r'"([^"\n]+)"')
+FORBIDDEN = re.compile(r"shared/design|shared/seeds|design note|\bissue \d|\bissues? #\d")
+
+
+def _sources() -> list[Path]:
+    files = [p for d in SOURCE_DIRS for p in (ROOT / d).rglob("*") if p.suffix in (".py", ".sh")]
+    return sorted(files + [ROOT / "README.md", ROOT / "Makefile"] + sorted((ROOT / "docs").glob("*.md")))
+
+
+def _headings(page: Path) -> list[str]:
+    return [line.lstrip("#").strip().lower() for line in page.read_text().splitlines() if line.startswith("#")]
+
+
+def _citations() -> list[tuple[str, str, str | None]]:
+    found = []
+    for path in _sources():
+        text = re.sub(r"\s*\n\s*(#\s*)?", " ", path.read_text())  # a citation may wrap over lines
+        for match in CITATION.finditer(text):
+            sections = QUOTED.findall(match.group(2) or "")
+            for section in sections or [None]:
+                found.append((str(path.relative_to(ROOT)), match.group(1), section))
+    return found
+
+
+def test_the_checker_sees_citations() -> None:
+    assert len({(page, section) for _, page, section in _citations() if section}) >= 10
+
+
+@pytest.mark.parametrize("where,page,section", sorted(set(_citations()), key=str), ids=str)
+def test_cited_page_and_heading_exist(where: str, page: str, section: str | None) -> None:
+    path = ROOT / "docs" / page
+    assert path.is_file(), f"{where} cites docs/{page}, which does not exist"
+    if section is not None:
+        headings = _headings(path)
+        assert any(h.startswith(section.lower()) for h in headings), (
+            f"{where} cites docs/{page}, \"{section}\", but that page has no such heading: {headings}")
+
+
+def test_nothing_user_facing_points_outside_the_project() -> None:
+    hits = [f"{p.relative_to(ROOT)}:{i}: {line.strip()}" for p in _sources() if p.name != Path(__file__).name
+            for i, line in enumerate(p.read_text().splitlines(), 1) if FORBIDDEN.search(line)]
+    assert not hits, "\n".join(hits)
