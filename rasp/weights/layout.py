@@ -126,6 +126,6 @@ class Layout:
             return float(vector[self.dims[id(node)][0]])
         if node.encoding == "onehot":
             dims = self.value_dims[id(node)]
-            return max(dims, key=lambda v: float(vector[dims[v]]))
+            return max(dims, key=lambda v: float(vector[dims[v]].detach()))
         c = float(vector[self.dims[id(node)][0]])
         return min(node.values, key=lambda v: abs(self.program.code(v) - c))

@@ -82,7 +82,7 @@ def compile_mlp(node: Node, layout: Layout) -> MLPBlock:
         else:
             pos = {v: float(v) for v in n.values}
             feat, bias = layout.number(n), 0.0
-        z = add(z, feat, scale=float(stride))
+        z = add(z, {d: c * stride for d, c in feat.items()})
         z_bias += stride * bias
         keys.append([pos[v] * stride for v in n.values])
         width = max(pos.values()) + 1 if n.encoding != "numerical" else 1
