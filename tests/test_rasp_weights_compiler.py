@@ -115,3 +115,13 @@ def test_non_causal_long_and_chunked_paths_equal_dense(lq, lk):
     # causal=False really differs from the causal kernel when a query has later keys
     if lq > 1:
         assert not torch.allclose(dense_attention(q, k, v, 0.5)[0], dense)
+
+
+def test_bos_clean_up_keeps_bos_out_of_matches():
+    """The key is an MLP output, so the BOS position holds a leftover key value (here 1); without
+    the BOS clean-up of rasp.weights.assemble the BOS key would out-score the real match."""
+    key = SequenceMap(lambda t, i: t + 1, tokens, indices)
+    program = Aggregate(Select(key, tokens, Comparison.EQ), indices, default=-1, reduce="max")
+    ct = compile_to_transformer(program, VOCAB, 8, causal=False)
+    xs = [0, 1, 3, 1]
+    assert ct.run(xs) == evaluate(program, xs, causal=False).column(program) == [-1, 0, -1, 0]
