@@ -204,6 +204,8 @@ class Program:
     def _map_values(self, node: Node) -> list | None:
         sop = node.sop
         domains = [self._domain(d) for d in node.deps]
+        if isinstance(sop, LinearSequenceMap) and sop.encoding == Encoding.NUMERICAL:
+            return _linear_values(sop, domains)
         if any(d is None for d in domains):
             if sop.encoding == Encoding.NUMERICAL and isinstance(sop, LinearSequenceMap):
                 return None
@@ -376,6 +378,19 @@ def _tree_predicate(sel: Selector) -> Callable[[Any, Any], bool]:
     if isinstance(sel, SelectorAnd):
         return lambda k, q: a(k, q) and b(k, q)
     return lambda k, q: a(k, q) or b(k, q)
+
+
+def _linear_values(sop: LinearSequenceMap, domains: list) -> list | None:
+    """Values of ``a*x + b*y``: every pair when few, else (integers) the whole range between."""
+    if any(d is None for d in domains):
+        return None
+    if len(domains[0]) * len(domains[1]) <= LOOKUP_MAX:
+        return sort_values(sop.f(x, y) for x in domains[0] for y in domains[1])
+    ints = all(isinstance(v, int) for d in domains for v in d)
+    if not ints or not all(isinstance(f, int) for f in (sop.fst_fac, sop.snd_fac)):
+        return None
+    ends = [sop.f(x, y) for x in (min(domains[0]), max(domains[0])) for y in (min(domains[1]), max(domains[1]))]
+    return list(range(min(ends), max(ends) + 1))       # a superset: still an exact table
 
 
 def _mean_values(values: list, default: Any, n: int) -> list | None:

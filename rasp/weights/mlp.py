@@ -67,34 +67,22 @@ def compile_mlp(node: Node, layout: Layout) -> MLPBlock:
     if any(n.values is None for n in ins):
         raise CompileError(f"{_op_name(sop)}: the value set of its numerical input is unknown")
     # z = sum_c stride_c * pos_c, with pos_c the value's position (one-hot) or code offset
-    z: Feature = {}
-    z_bias, stride = 0.0, 1
-    keys: list[list[float]] = []
-    for n in reversed(ins):
-        if n.encoding == "onehot":
-            pos = {v: float(i) for i, v in enumerate(n.values)}
-            feat = {layout.value_dims[id(n)][v]: p for v, p in pos.items()}
-            bias = 0.0
-        elif n.encoding == "ordinal":
-            lo = min(layout.program.code(v) for v in n.values)
-            pos = {v: float(layout.program.code(v) - lo) for v in n.values}
-            feat, bias = layout.code(n), -float(lo)
-        else:
-            pos = {v: float(v) for v in n.values}
-            feat, bias = layout.number(n), 0.0
-        z = add(z, {d: c * stride for d, c in feat.items()})
-        z_bias += stride * bias
-        keys.append([pos[v] * stride for v in n.values])
-        width = max(pos.values()) + 1 if n.encoding != "numerical" else 1
-        stride = int(stride * width)
-    keys.reverse()
-    table: dict[float, Feature] = {}
+    comps = [_component(n, layout) for n in ins]
+    outs: dict[tuple, Any] = {}
     for flat in itertools.product(*(n.values for n in ins)):
-        zval = sum(k[_position(n, v)] for k, n, v in zip(keys, ins, flat))
         try:
-            out = sop.f(*_rebuild_args(node, flat))
+            outs[flat] = sop.f(*_rebuild_args(node, flat))
         except Exception as exc:  # noqa: BLE001
             raise CompileError(f"{_op_name(sop)}: its function fails on {flat!r}: {exc}") from None
+    strides = _best_strides(comps, outs)
+    z: Feature = {}
+    z_bias = 0.0
+    for (pos, width, feat, bias), stride in zip(comps, strides):
+        z = add(z, {d: c * stride for d, c in feat.items()})
+        z_bias += stride * bias
+    table: dict[float, Feature] = {}
+    for flat, out in outs.items():
+        zval = sum(comp[0][v] * st for comp, st, v in zip(comps, strides, flat))
         vec = layout.write(node, out)
         if zval in table and table[zval] != vec:
             raise CompileError(f"{_op_name(sop)}: two inputs share one numeric key; cannot tabulate")
@@ -102,11 +90,36 @@ def compile_mlp(node: Node, layout: Layout) -> MLPBlock:
     return _staircase(node, z, z_bias, table, f"MLP lookup table: {_describe_map(node)}")
 
 
-def _position(n: Node, v: Any) -> int:
-    cache = n.__dict__.setdefault("_pos_cache", {})
-    if not cache:
-        cache.update({x: i for i, x in enumerate(n.values)})
-    return cache[v]
+def _component(n: Node, layout: Layout) -> tuple[dict, int, Feature, float]:
+    """``(value -> position, width, feature, bias)``: ``feature . x + bias`` is the position."""
+    if n.encoding == "onehot":
+        pos = {v: float(i) for i, v in enumerate(n.values)}
+        return pos, len(pos), {layout.value_dims[id(n)][v]: p for v, p in pos.items()}, 0.0
+    if n.encoding == "ordinal":
+        lo = min(layout.program.code(v) for v in n.values)
+        pos = {v: float(layout.program.code(v) - lo) for v in n.values}
+        return pos, int(max(pos.values())) + 1, layout.code(n), -float(lo)
+    return {v: float(v) for v in n.values}, 1, layout.number(n), 0.0
+
+
+def _best_strides(comps: list, outs: dict[tuple, Any]) -> list[int]:
+    """Mixed-radix strides for the inputs, choosing which input is most significant so that the
+    staircase has the fewest changes (hence hidden units); tried for tables up to 50k entries."""
+    orders = list(itertools.permutations(range(len(comps)))) if len(outs) <= 50_000 else [None]
+    best: tuple[int, list[int]] | None = None
+    for order in orders:
+        order = order or tuple(reversed(range(len(comps))))
+        strides, stride = [0] * len(comps), 1
+        for c in order:                     # order[0] is the least significant input
+            strides[c] = stride
+            stride *= comps[c][1]
+        if len(orders) == 1:
+            return strides
+        ranked = sorted(outs, key=lambda flat: sum(comps[c][0][flat[c]] * strides[c] for c in range(len(comps))))
+        changes = sum(outs[a] != outs[b] for a, b in zip(ranked, ranked[1:]))
+        if best is None or changes < best[0]:
+            best = (changes, strides)
+    return best[1]
 
 
 def _staircase(node: Node, z: Feature, z_bias: float, table: dict[float, Feature], text: str) -> MLPBlock:
