@@ -273,9 +273,9 @@ class Program:
             if key.kind == "tuple":
                 if len(key.parts) != len(query.parts):
                     raise CompileError(f"Select {sel.label!r}: tuples of different lengths")
-                return [Atom("eq", k, q, text=f"{sel.label}[{i}]")
+                return [Atom("eq", k, q, text=f"{sel.label}[{i}]: {_text(k)} == {_text(q)}")
                         for i, (k, q) in enumerate(zip(key.parts, query.parts))]
-            return [Atom("eq", key, query, text=sel.label)]
+            return [Atom("eq", key, query, text=f"{sel.label}: {_text(key)} == {_text(query)}")]
         return [self._table_atom(sel)]
 
     def _table_atom(self, sel: Selector) -> Atom:
@@ -290,7 +290,9 @@ class Program:
         key, query = self.by_uid[selects[0].keys.uid], self.by_uid[selects[0].queries.uid]
         if "tuple" in (key.kind, query.kind):
             raise CompileError(f"{type(sel).__name__} {sel.label!r}: only == compares tuple values")
-        return Atom("table", key, query, predicate=_tree_predicate(sel), text=sel.label)
+        pred = getattr(selects[0].predicate, "value", "custom") if len(selects) == 1 else type(sel).__name__
+        return Atom("table", key, query, predicate=_tree_predicate(sel),
+                    text=f"{sel.label}: {_text(key)} {pred} {_text(query)} (table)")
 
     def _causal_index_constant(self, sel: Select) -> bool | None:
         """Causal ``Select(indices + a, indices + b, cmp)`` is constant over visible keys j <= i."""
@@ -356,6 +358,14 @@ class Program:
     @property
     def n_layers(self) -> int:
         return max([n.slot for n in self.nodes] + [0]) // 2 + 1
+
+
+def _text(node: Node) -> str:
+    """A node's name for descriptions (``indices+1`` for a statically shifted index)."""
+    offset = node.sop.index_offset
+    if offset and node.sop.name is None:
+        return f"indices{offset:+d}"
+    return node.label
 
 
 def _sources(node: Node) -> set[str]:

@@ -89,7 +89,7 @@ def transformer_program(tm: TuringMachine, ngram: int, *, vocab: Vocab | None = 
 
     left_cls, right_cls = side_class(to_right), side_class(to_left)
     tok = tokens
-    p1 = lib.shift_right(tok, 1, EDGE)
+    p1 = lib.shift_right(tok, 1, EDGE)      # shared with the query's first shift (same node)
     kl = lib.shift_right(Map(left_cls, tok).named("left_class"), 2, left_cls(EDGE)).named("l_class")
     kr = Map(right_cls, tok).named("r_class")
     window = lib.make_pair(kl, p1)
@@ -103,7 +103,8 @@ def transformer_program(tm: TuringMachine, ngram: int, *, vocab: Vocab | None = 
                          default=-1, reduce="max").named("last_sep")
     match = Aggregate(Select(key, query, Comparison.EQ).named("same_ngram"), indices,
                       default=-1, reduce="max").named("match")
-    out0 = lib.index_select(nc, match, default=NULL).named("out0")
+    out0 = Aggregate(Select(indices, match, Comparison.EQ).named("at_match"), nc,
+                     default=NULL).named("out0")                 # lib.index_select, named
     halted_heads = {t for t in range(n_cells)
                     if vocab.decode(t)[1] is not None and tm.states[vocab.decode(t)[1]] in tm.halt}
     hlt = Map(lambda t: t in halted_heads, tok).named("is_halted_head")
