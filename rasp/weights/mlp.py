@@ -4,13 +4,14 @@ tracr turns a Map into a one-hot lookup table and a numerical Map into a "discre
 (Lindner et al. 2023, Sec. 3.3). Here one construction covers every categorical or numerical
 lookup (docs/turing-programs.md, "MLPs"): the inputs are folded into one scalar ``z`` (a
 mixed-radix number of the inputs' one-hot positions or integer codes), whose possible values
-``z_0 < z_1 < ...`` are known; the table ``z_i -> out(z_i)`` is written as a staircase
+``z_0 < z_1 < ...`` are known; the table ``z_i -> out(z_i)`` is written as the piecewise-linear
+interpolation through its points,
 
-    out(z) = out(z_0) + sum_i (out(z_i) - out(z_{i-1})) * step_i(z),
-    step_i(z) = (ReLU(z - z_{i-1}) - ReLU(z - z_i)) / (z_i - z_{i-1}),
+    out(z) = out(z_0) + sum_i c_i * ReLU(z - z_i),   c_i = change of slope at z_i,
 
-which is exact at every ``z_i`` (``step_i`` is 0 at and below ``z_{i-1}``, 1 at and above
-``z_i``). Two hidden units per change of the output; none where it stays the same.
+which is exact at every ``z_i`` (with integer codes and unit gaps every term is an integer, so
+float64 computes it without rounding). One hidden unit per change of slope: a step of the
+output costs two, a stretch where the output is constant or linear in ``z`` costs none.
 Linear numerical maps are exact: ``x = ReLU(x) - ReLU(-x)``.
 """
 from __future__ import annotations
@@ -87,7 +88,7 @@ def compile_mlp(node: Node, layout: Layout) -> MLPBlock:
         if zval in table and table[zval] != vec:
             raise CompileError(f"{_op_name(sop)}: two inputs share one numeric key; cannot tabulate")
         table[zval] = vec
-    return _staircase(node, z, z_bias, table, f"MLP lookup table: {_describe_map(node)}")
+    return _piecewise_linear(node, z, z_bias, table, f"MLP lookup table: {_describe_map(node)}")
 
 
 def _component(n: Node, layout: Layout) -> tuple[dict, int, Feature, float]:
@@ -104,7 +105,7 @@ def _component(n: Node, layout: Layout) -> tuple[dict, int, Feature, float]:
 
 def _best_strides(comps: list, outs: dict[tuple, Any]) -> list[int]:
     """Mixed-radix strides for the inputs, choosing which input is most significant so that the
-    staircase has the fewest changes (hence hidden units); tried for tables up to 50k entries."""
+    interpolation has the fewest output changes (hence hidden units); tried up to 50k entries."""
     orders = list(itertools.permutations(range(len(comps)))) if len(outs) <= 50_000 else [None]
     best: tuple[int, list[int]] | None = None
     for order in orders:
@@ -122,19 +123,21 @@ def _best_strides(comps: list, outs: dict[tuple, Any]) -> list[int]:
     return best[1]
 
 
-def _staircase(node: Node, z: Feature, z_bias: float, table: dict[float, Feature], text: str) -> MLPBlock:
-    """The staircase MLP of the module docstring for the table ``z_i -> out(z_i)``."""
+def _piecewise_linear(node: Node, z: Feature, z_bias: float, table: dict[float, Feature], text: str) -> MLPBlock:
+    """The MLP of the module docstring for the table ``z_i -> out(z_i)``: the piecewise-linear
+    interpolation ``out(z_0) + sum_i c_i ReLU(z - z_i)``, one unit per change of slope ``c_i``
+    (a step costs two units; a run where the output is constant or linear in ``z`` costs none)."""
     points = sorted(table)
     block = MLPBlock(node, text, out_bias=dict(table[points[0]]))
-    for prev, cur in zip(points, points[1:]):
-        delta = {d: table[cur].get(d, 0.0) - table[prev].get(d, 0.0)
-                 for d in set(table[cur]) | set(table[prev])}
-        delta = {d: c for d, c in delta.items() if c != 0.0}
-        if not delta:
-            continue
-        gap = cur - prev
-        block.units.append((z, z_bias - prev, {d: c / gap for d, c in delta.items()}))
-        block.units.append((z, z_bias - cur, {d: -c / gap for d, c in delta.items()}))
+    previous: Feature = {}
+    for i, (a, b) in enumerate(zip(points, points[1:])):
+        dims = set(table[a]) | set(table[b])
+        slope = {d: (table[b].get(d, 0.0) - table[a].get(d, 0.0)) / (b - a) for d in dims}
+        change = {d: slope.get(d, 0.0) - previous.get(d, 0.0) for d in set(slope) | set(previous)}
+        change = {d: c for d, c in change.items() if c != 0.0}
+        if change:
+            block.units.append((z, z_bias - a, change))
+        previous = {d: c for d, c in slope.items() if c != 0.0}
     return block
 
 
@@ -175,7 +178,7 @@ def _linear(node: Node, layout: Layout) -> MLPBlock:
 def _width_decoder(node: Node, layout: Layout) -> MLPBlock:
     """Selector width: the head left ``1/(w+1)`` in the scratch dimension; decode ``w``."""
     table = {1.0 / (v + 1): layout.write(node, v) for v in node.values}
-    return _staircase(node, {layout.scratch(node): 1.0}, 0.0, table,
+    return _piecewise_linear(node, {layout.scratch(node): 1.0}, 0.0, table,
                       f"MLP decode w from 1/(w+1): {node.label}")
 
 
