@@ -124,6 +124,35 @@ def float32_limit(lengths: list[int]) -> list[dict]:
     return rows
 
 
+def float32_programs(lengths: list[int]) -> list[dict]:
+    """float32 exactness of position-heavy library programs at max_seq_len = n, on n tokens."""
+    rows = []
+    rng = random.Random(2)
+    programs = [("shift_right", lib.shift_right(tokens, 1, 0), True),
+                ("lasts", lib.lasts(tokens, tokens), True),
+                ("index_select(tokens, lasts - 1)",
+                 lib.index_select(tokens, Map(lambda j: max(j - 1, 0), lib.lasts(tokens, tokens))), True),
+                ("make_reverse", lib.make_reverse(tokens), False)]
+    for n in lengths:
+        xs = [rng.choice([0, 1, 2, 3]) for _ in range(n)]
+        row = {"max_seq_len": n}
+        for name, program, causal in programs:
+            if name == "make_reverse" and n > 256:
+                continue
+            want = [str(v) for v in evaluate_program(program, xs, causal)]
+            ct = compile_to_transformer(program, [0, 1, 2, 3], n, causal=causal, dtype=torch.float32)
+            got = [str(v) for v in ct.run(xs)]
+            row[name] = "exact" if got == want else f"wrong at {next(i for i, (a, b) in enumerate(zip(got, want)) if a != b)}"
+        rows.append(row)
+    return rows
+
+
+def evaluate_program(program, xs, causal):
+    from rasp.evaluate import evaluate
+
+    return evaluate(program, xs, causal=causal).column(program)
+
+
 def first_wrong_sop(compiled, prog, trace, position: int) -> str:
     """The first s-op (in layer order) whose decoded value at ``position`` differs from the
     interpreter's, reading the float32 model's residual stream."""
@@ -140,7 +169,7 @@ def first_wrong_sop(compiled, prog, trace, position: int) -> str:
     for node in sorted(ct.program.nodes, key=lambda nd: nd.slot):
         if node.encoding in ("tuple",):
             continue
-        vec = resid[node.slot // 2 + 1][0, position + 1]
+        vec = resid[node.slot // 2 + 1][0, position + 1].detach()
         want = ev.column(node.sop)[position]
         got = ct.layout.read(node, vec)
         if node.numerical and abs(got - want) < 1e-3 or got == want:
@@ -160,10 +189,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="skip the >= 10^4-token trace")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--json", metavar="PATH")
+    p.add_argument("--float32-only", action="store_true", help="only the float32 table of library programs")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     sys.set_int_max_str_digits(0)
     results = {}
+    if args.float32_only:
+        results["float32_programs"] = float32_programs([16, 64, 256, 1024, 4096])
+        print(markdown(results["float32_programs"], list(results["float32_programs"][0])))
+        return 0
     results["sizes"] = size_table(64)
     print(markdown(results["sizes"], ["program", "max_seq_len", "layers", "heads", "d_model", "d_mlp", "params"]))
     rng = random.Random(1)
@@ -180,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     results["float32"] = float32_limit([1, 2, 3, 5, 10, 20] if args.quick else [1, 2, 3, 5, 10, 20, 40, 70])
     print(markdown(results["float32"], ["digits", "trace_tokens", "ngram", "float64_exact", "float32_exact",
                                         "float32_first_wrong_position", "float32_first_wrong_sop"]))
+    results["float32_programs"] = float32_programs([16, 64, 256, 1024] if args.quick else [16, 64, 256, 1024, 4096])
+    print(markdown(results["float32_programs"], list(results["float32_programs"][0])))
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(results, fh, indent=1)
