@@ -97,6 +97,14 @@ class TuringProgram:
     match: SOp                      # the lookup's key index m (for the monitor)
     stats: ProgramStats = field(repr=False)
 
+    def to_transformer(self, max_seq_len: int, **kwargs: Any) -> Any:
+        """This machine's program P compiled to the weights of a lengthgen.Transformer for traces
+        of at most ``max_seq_len`` tokens (:func:`rasp.weights.turing.transformer_program`;
+        docs/turing-programs.md). Returns a ``CompiledTuringProgram``."""
+        from rasp.weights.turing import transformer_program
+
+        return transformer_program(self.machine, self.ngram, vocab=self.vocab).to_transformer(max_seq_len, **kwargs)
+
     def teacher_forced(self, trace: Sequence[int], *, monitor: bool = True) -> list[int]:
         """Causal evaluation on ``trace[:-1]``; returns the predicted continuation
         ``[out[p] for p >= L+1]``, aligned with ``trace[L+2:]``."""

@@ -77,3 +77,14 @@ def test_cli_transformer_backend_fails_with_too_small_ngram(capsys):
                    "--ngram", "1", "--mode", "teacher"])
     assert status == 1
     assert "monitor:" in capsys.readouterr().err
+
+
+def test_to_transformer_from_the_interpreters_program():
+    import rasp
+    from rasp.compiler import compile_turing_machine
+
+    tm, tape = TASKS["increment"].build("1011")
+    vocab, ref, n = _reference(tm, tape)
+    compiled = compile_turing_machine(tm, n).to_transformer(len(ref))
+    assert compiled.greedy(ref[:len(tape) + 2], len(ref)) == ref
+    assert rasp.compile_to_transformer is rasp.weights.compile_to_transformer
