@@ -200,9 +200,8 @@ def _fill(model: Transformer, prog: Program, layout: Layout, heads: list[list[He
     for layer, (hs, blocks) in enumerate(zip(heads, mlps)):
         attn, mlp = model.blocks[layer].attn, model.blocks[layer].mlp
         for h, head in enumerate(hs):
-            W_Q, W_K = torch.zeros(len(layout), model.cfg.d_head, dtype=torch.float64), None
-            W_K = torch.zeros_like(W_Q)
-            W_V = torch.zeros_like(W_Q)
+            W_Q = torch.zeros(len(layout), model.cfg.d_head, dtype=torch.float64)
+            W_K, W_V = torch.zeros_like(W_Q), torch.zeros_like(W_Q)
             W_O = torch.zeros(model.cfg.d_head, len(layout), dtype=torch.float64)
             for e, (q, k) in enumerate(head.qk):
                 _put(W_Q, q, e)

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rasp.core import Aggregate
-from rasp.weights.graph import Atom, CompileError, Node, _op_name, sort_values
+from rasp.weights.graph import Atom, CompileError, Node
 from rasp.weights.layout import Feature, Layout, add
 
 MARGIN = 40.0     # score gap between intended and other keys (mean, max, min)
@@ -48,7 +48,6 @@ class HeadSpec:
 def compile_head(node: Node, layout: Layout, causal: bool) -> HeadSpec:
     """The head of an Aggregate, a selector width, or the non-causal ``length``."""
     sop = node.sop
-    one = layout.constant()
     reduce = sop.reduce if isinstance(sop, Aggregate) else "width"
     value = node.deps[0] if isinstance(sop, Aggregate) else None
     gamma, rank_range, rank = MARGIN, 0.0, {}
