@@ -140,9 +140,19 @@ def compile_to_transformer(program: SOp, vocab: Sequence[Any], max_seq_len: int,
     n_layers = prog.n_layers
     heads: list[list[HeadSpec]] = [[] for _ in range(n_layers)]
     mlps: list[list[MLPBlock]] = [[] for _ in range(n_layers)]
+    shared: dict[tuple, HeadSpec] = {}
     for node in prog.nodes:
         if node.kind == "attn":
-            heads[node.slot // 2].append(compile_head(node, layout, causal))
+            # aggregates with one selector share one attention pattern: one head, several values
+            head = compile_head(node, layout, causal)
+            sop = node.sop
+            key = (node.slot, sop.selector.uid, sop.reduce, None if sop.reduce == "mean" else sop.sop.uid)
+            if key in shared:
+                shared[key].ov += head.ov
+                shared[key].text += "; " + head.text
+            else:
+                shared[key] = head
+                heads[node.slot // 2].append(head)
         elif node.kind == "width":
             heads[node.slot // 2].append(compile_head(node, layout, causal))
             mlps[node.slot // 2].append(compile_mlp(node, layout))
