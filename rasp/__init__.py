@@ -1,12 +1,14 @@
-"""Mini-RASP interpreter and the Turing-machine -> RASP compiler of issue 5.
+"""Mini-RASP interpreter and the Turing-machine -> RASP compiler.
 
-Design: shared/design/turing-programs-rasp.md (Part A: Turing Programs and program P,
-reconstructed; Part B: RASP / RASP-L / tracr semantics and the interpreter design).
+Semantics, fast paths and the differences from tracr and RASP-L: docs/rasp.md.
+The Turing-machine simulator (program P) follows the RASP construction of
+Hou et al., "Universal Length Generalization with Turing Programs" (arXiv 2407.03310).
 
 * :mod:`rasp.core`: the immutable expression graph with tracr's names;
 * :mod:`rasp.evaluate`: batch (causal or not) and incremental evaluation;
 * :mod:`rasp.lib`: RASP-L adapters and helpers; :mod:`rasp.analyse`: size and depth;
 * :mod:`rasp.machines`, :mod:`rasp.library`: Turing machines, simulator, traces, tasks;
+* :mod:`rasp.tracr_ops`: tracr's LinearSequenceMap, ConstantSOp, ConstantSelector;
 * :mod:`rasp.compiler`: ``compile_turing_machine``; :mod:`rasp.turing`: the CLI.
 """
 from rasp.analyse import ProgramStats, analyse

@@ -1,8 +1,8 @@
 """Static analysis of a program: size in ops, depth in attention layers, heads per layer.
 
-turing-programs-rasp.md §A.2.1 (size = number of RASP operations), §A.2.4 (depth
-of program P: 4 attention layers) and §B.5.7 (tracr's layer allocation), in
-the spirit of RASPy's ``Seq.layer`` (ecosystem-conventions.md §8.4).
+Size is the number of RASP operations (the measure in the size bound of the RASP
+Turing-program construction of Hou et al., arXiv 2407.03310); depth is counted like
+tracr's layer allocation and RASPy's ``Seq.layer``.
 
 Layering rule: an attention op (Aggregate, SelectorWidth) sits one layer above
 the deepest attention op among its inputs (values, keys, queries); Maps,

@@ -1,14 +1,14 @@
 """Compile a Turing machine into program P, the RASP Turing-Program simulator.
 
-turing-programs-rasp.md §A.2.2-§A.2.6 [R, reconstructed from the theorem of Hou et
-al., arXiv 2407.03310; not a quote of the paper]. Every position k precomputes
+Our reconstruction of the RASP construction in the theorem of Hou et al., arXiv
+2407.03310 (not a quote of the paper). Every position k precomputes
 ``nc[k] = F(tok[k-2], tok[k-1], tok[k])``, the token one period later; the query at
 p is the masked n-gram of the last tokens; the answer is ``nc`` at the *last* key
 whose masked n-gram of ``nc`` (ending at k-1) equals the query. The three details
-that make it correct (§A.2.2): last occurrence (``reduce="max"``), SEP masking,
+that make it correct: last occurrence (``reduce="max"``), SEP masking,
 and the guard ``k <= last_sep(p) + 1``.
 
-Runtime monitor (§A.2.6): the aligned key is ``k* = p + 2 - (L + 1)``; if the lookup
+Runtime monitor: the aligned key is ``k* = p + 2 - (L + 1)``; if the lookup
 returns any other key the premise failed, and the run raises
 :class:`~rasp.errors.AmbiguousLookupError` instead of diverging silently.
 """
@@ -51,7 +51,7 @@ def head_moves(tm: TuringMachine, vocab: Vocab) -> tuple[dict[int, tuple[int, in
 
 
 def local_rule(tm: TuringMachine, vocab: Vocab) -> Callable[[Any, Any, Any], Any]:
-    """The radius-1 rule ``F(l, c, r)`` of §A.1.3 on integer tokens, as lookup tables (an MLP)."""
+    """The radius-1 rule ``F(l, c, r)`` (one step of the machine, per cell) on integer tokens, as lookup tables (an MLP)."""
     n_sym, n_cells, sep, bos, eos = len(tm.alphabet), vocab.BOS, vocab.SEP, vocab.BOS, vocab.EOS
     st = {q: i for i, q in enumerate(tm.states)}
     halting = {st[q] for q in tm.halt}
@@ -152,7 +152,7 @@ def _tape_length(trace: Sequence[int], vocab: Vocab) -> int:
 
 
 def _check_lookup(m: int, p: int, L: int, tp: TuringProgram) -> None:
-    """Monitor (§A.2.6): the lookup at p must land on the aligned key k* = p + 2 - (L + 1)."""
+    """Monitor: the lookup at p must land on the aligned key k* = p + 2 - (L + 1)."""
     k_star = p + 1 - L
     if m == k_star:
         return
@@ -171,10 +171,10 @@ def _check_lookup(m: int, p: int, L: int, tp: TuringProgram) -> None:
 
 def compile_turing_machine(tm: TuringMachine, ngram: int, *, vocab: Vocab | None = None,
                            _first_occurrence: bool = False) -> TuringProgram:
-    """Program P of §A.2.3 for ``tm`` with n-gram order ``ngram``; size O(ngram), 4 attention layers.
+    """Program P for ``tm`` with n-gram order ``ngram``; size O(ngram), 4 attention layers.
 
     ``_first_occurrence=True`` uses ``reduce="min"`` in the lookup (np-rasp ``induct``):
-    the regression of §A.2.7, kept only to test that it fails.
+    the known regression (first occurrence), kept only to test that it fails.
     """
     if not isinstance(ngram, int) or ngram < 1:
         raise ValueError(f"ngram must be a positive integer, got {ngram!r}")

@@ -1,18 +1,19 @@
 """Immutable expression graph of the mini-RASP language, with tracr's names.
 
-turing-programs-rasp.md §B.3 (tracr API) and §B.4.1 (our IR). An s-op is a
+tracr's API and names, with the differences listed in docs/rasp.md. An s-op is a
 sequence-to-sequence operation; a selector is a (query x key) boolean pattern.
 Nothing here evaluates anything: :mod:`rasp.evaluate` does.
 
-Differences from tracr, by design (§B.4):
+Differences from tracr, by design (docs/rasp.md, "Differences from tracr"):
 
 * ``Aggregate`` has an explicit ``reduce`` in {"mean", "max", "min"} and an
   explicit ``default``. A *categorical* mean must select at most one distinct
-  value; a *numerical* mean averages numbers (§B.4.1, "unique" semantics).
+  value; a *numerical* mean averages numbers.
 * ``Select`` accepts a :class:`Comparison` or any ``callable(key, query) -> bool``.
 * ``Map(..., simplify=True)`` fuses nested unnamed Maps only when asked
   (tracr fuses by default); the default keeps every op visible for inspection.
-* ``None`` is an ordinary value (§B.4.4): Map functions are called on it.
+* ``None`` is an ordinary value: Map functions are called on it.
+* ``&`` / ``|`` on s-ops return ``bool(x and y)`` / ``bool(x or y)`` (tracr: ``x and y``).
 """
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ from rasp.predicates import Comparison, Encoding
 
 __all__ = ["Comparison", "Encoding", "RASPExpr", "SOp", "tokens", "indices", "length", "Map",
            "SequenceMap", "Full", "Aggregate", "SelectorWidth", "Selector", "Select", "SelectorAnd",
-           "SelectorOr", "SelectorNot", "numerical", "categorical", "walk", "REDUCTIONS"]
+           "SelectorOr", "SelectorNot", "numerical", "categorical", "walk", "REDUCTIONS",
+           "LinearSequenceMap", "ConstantSOp", "ConstantSelector"]
 
 _ids = itertools.count()
 
@@ -107,11 +109,11 @@ def _lift(op: Callable[[Any, Any], Any], sym: str, reflected: bool = False) -> C
 
 
 class SOp(RASPExpr):
-    """A sequence operation. Python operators build Map / SequenceMap (tracr §B.3).
+    """A sequence operation. Python operators build Map / SequenceMap (as in tracr).
 
     ``index_offset`` is ``c`` when the s-op is statically known to equal ``indices + c``
     (built with ``indices + c`` / ``indices - c``); the evaluator uses it for the
-    direct-addressing fast path of shifts and ``index_select`` (§B.4.5).
+    direct-addressing fast path of shifts and ``index_select`` (docs/rasp.md, "Fast paths").
     """
 
     _kind = "sop"
@@ -240,7 +242,7 @@ class Full(SOp):
 
 
 class Aggregate(SOp):
-    """Attention: per query row, reduce the selected values of ``sop`` (§B.3, §B.4.1).
+    """Attention: per query row, reduce the selected values of ``sop`` (docs/rasp.md).
 
     ``reduce="mean"``: categorical -> the single selected value (error if several
     different ones), numerical -> the arithmetic mean (error on non-numbers);
@@ -401,3 +403,8 @@ def walk(root: RASPExpr) -> Iterator[RASPExpr]:
         for child in reversed(expr.children):
             if child.uid not in seen:
                 stack.append((child, False))
+
+
+# tracr's constant and linear ops build on the classes above; re-exported here for
+# ``from rasp.core import ...`` (the package always imports this module first).
+from rasp.tracr_ops import ConstantSelector, ConstantSOp, LinearSequenceMap  # noqa: E402

@@ -2,7 +2,7 @@
 
 Every error names its culprit (the s-op, the selector, the machine field, the
 input symbol, the step) so that the CLI can print one clear line and exit 2
-(turing-programs-rasp.md §B.4, Part C items 3 and 10; issue 5 "Bad input").
+(see docs/rasp.md).
 """
 from __future__ import annotations
 
@@ -13,18 +13,17 @@ class RASPError(Exception):
 
 class RASPTypeError(RASPError, TypeError):
     """A value has the wrong type for an operation, e.g. a mean over non-numbers
-    (Weiss' "asked to average multiple values, but they are non-numbers";
-    turing-programs-rasp.md Part C item 10)."""
+    (the original RASP refuses to average non-numbers too)."""
 
 
 class AmbiguousAggregateError(RASPError, ValueError):
     """A categorical Aggregate selected several *different* values
-    (tracr's silent mixing of one-hots, turing-programs-rasp.md Part C item 3)."""
+    (tracr's compiled model would silently mix their one-hot encodings)."""
 
 
 class RASPSizeError(RASPError):
     """A dense (n x n) selector evaluation was refused by the size guard
-    (turing-programs-rasp.md §B.4.5)."""
+    (docs/rasp.md, "Fast paths")."""
 
 
 class RASPEvaluationError(RASPError):
@@ -53,7 +52,7 @@ class StepBudgetExceeded(RASPError):
 class AmbiguousLookupError(RASPError):
     """The runtime monitor of the compiled Turing program found that the n-gram
     lookup matched a key other than the aligned one (the no-repeated-n-gram
-    premise failed; turing-programs-rasp.md §A.2.6)."""
+    premise of the construction failed)."""
 
     def __init__(self, message: str, position: int) -> None:
         super().__init__(message)

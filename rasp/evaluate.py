@@ -1,16 +1,16 @@
 """Numpy-backed evaluator of mini-RASP programs, batch and incremental.
 
-turing-programs-rasp.md §B.4.3-§B.4.6. Two modes:
+docs/rasp.md states the semantics. Two modes:
 
-* non-causal (``causal=False``, Weiss' RASP, §B.1): every query sees every key;
-* causal (``causal=True``, RASP-L, §B.2): query p sees keys 0..p, and ``length``
+* non-causal (``causal=False``, Weiss' RASP): every query sees every key;
+* causal (``causal=True``, RASP-L): query p sees keys 0..p, and ``length``
   is ``p + 1`` (the length of the visible prefix).
 
 :func:`evaluate` computes whole columns, op by op. :class:`IncrementalEvaluator`
 appends one token at a time and caches every s-op's column, so autoregressive
-decoding costs O(T * ops) instead of O(T^2 * ops) (§B.4.5). Both return every
+decoding costs O(T * ops) instead of O(T^2 * ops). Both return every
 intermediate s-op by name (:class:`Evaluation`), and selectors pretty-print for
-short inputs (§B.4.6). Equality selects never build an n x n matrix; see
+short inputs. Equality selects never build an n x n matrix; see
 :mod:`rasp.kernels`.
 """
 from __future__ import annotations
@@ -58,7 +58,7 @@ def _wrap(op: SOp, position: int | None, exc: Exception) -> RASPError:
 
 def evaluate(program: SOp, tokens: Iterable[Any], *, causal: bool = False, fast: bool = True,
              max_dense: int = DEFAULT_MAX_DENSE) -> "Evaluation":
-    """Evaluate ``program`` on ``tokens``; every s-op column is kept (§B.4.6).
+    """Evaluate ``program`` on ``tokens``; every s-op column is kept.
 
     ``fast=False`` forces the dense row-by-row path for every selector (for testing
     the fast paths against it); ``max_dense`` guards that path.
@@ -99,7 +99,7 @@ def _batch_column(op: SOp, cols: Columns, toks: list, n: int, causal: bool, fast
 
 
 class IncrementalEvaluator:
-    """Causal evaluation one token at a time with every column cached (§B.4.5).
+    """Causal evaluation one token at a time with every column cached.
 
     ``push(token)`` appends a token and returns the program's output at its
     position in O(ops) time (plus O(log n) per hash-path attention op).

@@ -1,12 +1,12 @@
 """Attention kernels of the evaluator: selector plans and reducers.
 
-turing-programs-rasp.md §B.4.5 (performance). A selector is classified once:
+docs/rasp.md, "Fast paths, and why they are exact". A selector is classified once:
 
 * **direct**: a conjunction containing ``Select(indices + a, q, EQ)``: the only
   candidate key of row p is ``j = q[p] - a`` (shifts, ``index_select``); O(1) per row.
 * **hash**: a conjunction of EQ selects, ``TRUE``, and upper bounds on the key
-  index (``Select(indices + a, b, LEQ | LT)``, e.g. the guard of program P,
-  §A.2.2 detail 3). Keys are grouped by value in append order; with causal
+  index (``Select(indices + a, b, LEQ | LT)``, e.g. the guard of program P;
+  exact for any real bound, see :mod:`rasp.bounds`). Keys are grouped by value in append order; with causal
   masking and upper bounds every row selects a *prefix* of its group, so prefix
   statistics (count, running max/min/sum, first differing value) answer each row
   in O(log n) without ever building an n x n matrix.
@@ -19,7 +19,6 @@ dense path feeds its selected keys through the same reducers.
 """
 from __future__ import annotations
 
-import math
 import numbers
 import operator
 from bisect import bisect_right
@@ -29,6 +28,7 @@ import numpy as np
 
 from rasp.core import (Aggregate, Comparison, Encoding, Select, Selector, SelectorAnd,
                        SelectorNot, SelectorOr, SelectorWidth, SOp)
+from rasp.bounds import exact_index, index_upper_bound, numpy_compare_is_exact, self_equal
 from rasp.errors import AmbiguousAggregateError, RASPSizeError, RASPTypeError
 from rasp.tracr_ops import ConstantSelector, check_constant_length, constant_selectors
 
@@ -144,7 +144,7 @@ class _CategoricalMeanReducer(Reducer):
 
 
 def make_reducer(op: SOp) -> Reducer:
-    """The reducer implementing ``op``'s semantics (§B.3 evaluator semantics, §B.4.1)."""
+    """The reducer implementing ``op``'s semantics (the Aggregate table of docs/rasp.md)."""
     if isinstance(op, SelectorWidth):
         return Reducer(op)
     assert isinstance(op, Aggregate)
@@ -173,13 +173,19 @@ def conjuncts(selector: Selector) -> list[Selector]:
     return out
 
 
-def classify(selector: Selector) -> tuple[str, list[Select], list[tuple[SOp, int]]]:
+Bound = tuple[SOp, int, bool]
+
+
+def classify(selector: Selector) -> tuple[str, list[Select], list[Bound]]:
     """Return ``(kind, eq_atoms, bounds)`` with kind in {"empty", "direct", "hash", "dense"}.
 
-    ``bounds`` holds ``(queries, c)`` meaning "key index j satisfies j + c <= queries[p]".
+    ``bounds`` holds ``(queries, c, strict)``: key index j is selected only if
+    ``j + c < queries[p]`` (strict, from LT) or ``j + c <= queries[p]`` (LEQ). The
+    query may be any real number; :func:`rasp.bounds.index_upper_bound` does the
+    exact arithmetic.
     """
     eq: list[Select] = []
-    bounds: list[tuple[SOp, int]] = []
+    bounds: list[Bound] = []
     empty = False
     for atom in conjuncts(selector):
         if isinstance(atom, ConstantSelector) and atom.uniform is not None:
@@ -195,7 +201,7 @@ def classify(selector: Selector) -> tuple[str, list[Select], list[tuple[SOp, int
         elif pred is Comparison.EQ:
             eq.append(atom)
         elif pred in (Comparison.LEQ, Comparison.LT) and off is not None:
-            bounds.append((atom.queries, off + (pred is Comparison.LT)))
+            bounds.append((atom.queries, off, pred is Comparison.LT))
         else:
             return "dense", [], []
     if empty:
@@ -205,15 +211,6 @@ def classify(selector: Selector) -> tuple[str, list[Select], list[tuple[SOp, int
         eq.remove(direct[0])
         return "direct", [direct[0]] + eq, bounds
     return "hash", eq, bounds
-
-
-def _upper(q: Any, c: int, sel_label: str) -> int:
-    """Largest integer j with j + c <= q (q real)."""
-    if isinstance(q, numbers.Integral):
-        return int(q) - c
-    if isinstance(q, numbers.Real):
-        return math.floor(q - c)
-    raise RASPTypeError(f"selector {sel_label!r}: index bound compares an index with {q!r}")
 
 
 class AttentionKernel:
@@ -232,7 +229,7 @@ class AttentionKernel:
         self.values = cols[op.sop.uid] if isinstance(op, Aggregate) else None
         kind, eq, bounds = classify(self.selector) if fast else ("dense", [], [])
         self.kind = kind
-        self.bounds = [(cols[q.uid], c) for q, c in bounds]
+        self.bounds = [(cols[q.uid], c, strict) for q, c, strict in bounds]
         self.eq = [(cols[a.keys.uid], cols[a.queries.uid]) for a in eq]
         self.offset = eq[0].keys.index_offset if kind == "direct" else 0
         self.buckets: dict[Any, list] = {}
@@ -299,10 +296,11 @@ class AttentionKernel:
     def _value(self, j: int) -> Any:
         return None if self.values is None else self.values[j]
 
-    def _hi(self, p: int, n: int) -> int:
-        hi = p if self.causal else n - 1
-        for col, c in self.bounds:
-            hi = min(hi, _upper(col[p], c, self.selector.label))
+    def _hi(self, p: int, n: int) -> float:
+        """The largest selectable key index of row p (causal mask and index bounds)."""
+        hi: float = p if self.causal else n - 1
+        for col, c, strict in self.bounds:
+            hi = min(hi, index_upper_bound(col[p], c, strict, self.selector.label))
         return hi
 
     def _key(self, cols_index: int, j: int) -> Any:
@@ -316,11 +314,12 @@ class AttentionKernel:
 
     # -- direct addressing: j = queries[p] - offset
     def _query_direct(self, p: int, n: int) -> Any:
-        q = self.eq[0][1][p]
-        if not (isinstance(q, numbers.Integral) or (isinstance(q, numbers.Real) and float(q).is_integer())):
+        hi = self._hi(p, n)                 # first, so a bad bound query raises as in dense
+        j = exact_index(self.eq[0][1][p])
+        if j is None:
             return self.default             # no index equals a non-integer query
-        j = int(q) - self.offset
-        if j < 0 or j > self._hi(p, n):
+        j -= self.offset
+        if j < 0 or j > hi:
             return self.default
         for keys, queries in self.eq[1:]:
             if not keys[j] == queries[p]:
@@ -339,16 +338,18 @@ class AttentionKernel:
 
     def _add_hash(self, j: int) -> None:
         key, bucket = self._bucket(0, j)
+        if not self_equal(key):
+            return                          # NaN keys: EQ never selects them
         if bucket is None:
             bucket = self.buckets[key] = self.reducer.new_bucket()
         self.reducer.add(bucket, j, self._value(j))
 
     def _query_hash(self, p: int, n: int) -> Any:
+        hi = self._hi(p, n)                 # first, so a bad bound query raises as in dense
         _, bucket = self._bucket(1, p)
         if bucket is None:
             return self.default
         idx = bucket[0]
-        hi = self._hi(p, n)
         r = len(idx) if idx[-1] <= hi else bisect_right(idx, hi)
         return self.reducer.result(bucket, r, p) if r else self.default
 
@@ -383,7 +384,7 @@ def _numeric_array(values: list) -> np.ndarray | None:
 
 
 def dense_row(selector: Selector, cols: Columns, p: int, hi: int) -> np.ndarray:
-    """Row ``p`` of ``selector`` over keys ``0..hi`` as a boolean vector (Weiss semantics, §B.1)."""
+    """Row ``p`` of ``selector`` over keys ``0..hi`` as a boolean vector (Weiss' semantics)."""
     width = hi + 1
     if isinstance(selector, Select):
         pred = selector.predicate
@@ -393,7 +394,7 @@ def dense_row(selector: Selector, cols: Columns, p: int, hi: int) -> np.ndarray:
         q = cols[selector.queries.uid][p]
         if pred in _NP_COMPARE and isinstance(q, numbers.Real):
             arr = _numeric_array(keys)
-            if arr is not None:
+            if arr is not None and numpy_compare_is_exact(arr, q):
                 return _NP_COMPARE[pred](arr, q)
         try:
             return np.fromiter((bool(pred(k, q)) for k in keys), dtype=bool, count=width)

@@ -1,9 +1,8 @@
 """RASP-L style library and adapters over the expression graph.
 
-turing-programs-rasp.md §B.2 (np-rasp ``core.py`` / ``lib.py`` names, predicates
-called as ``pred(key, query)``), §B.3 (tracr ``lib.py``: ``make_length``,
-``make_hist``, ``make_reverse``, ``make_sort_unique``) and §A.2.4
-(``masked_ngram``). Everything returns IR nodes; evaluate them with
+np-rasp's ``core.py`` / ``lib.py`` names (Zhou et al.'s RASP-L; predicates called
+as ``pred(key, query)``), tracr's ``lib.py`` (``make_length``, ``make_hist``,
+``make_reverse``, ``make_sort_unique``) and ``masked_ngram`` for program P. Everything returns IR nodes; evaluate them with
 :func:`rasp.evaluate.evaluate` (``causal=True`` for RASP-L semantics).
 """
 from __future__ import annotations
@@ -22,7 +21,7 @@ __all__ = [
     "make_pair", "tuple_pair", "tuple_singleton", "tuple_append", "indices", "tokens",
 ]
 
-# np-rasp predicates, called as pred(key, query) (§B.2)
+# np-rasp predicates, called as pred(key, query)
 equals = Comparison.EQ
 leq = Comparison.LEQ
 lt = Comparison.LT
@@ -30,7 +29,7 @@ geq = Comparison.GEQ
 gt = Comparison.GT
 
 
-# ----------------------------------------------------------- np-rasp core adapters (§B.2)
+# ----------------------------------------------------------- np-rasp core adapters
 
 
 def full(value: Any) -> SOp:
@@ -94,7 +93,7 @@ def make_pair(x: SOp, y: SOp) -> SOp:
     return SequenceMap(tuple_pair, x, y)
 
 
-# ------------------------------------------------------------------------ helpers (§B.2)
+# ------------------------------------------------------------------------------ helpers
 
 
 @functools.lru_cache(maxsize=None)
@@ -150,7 +149,7 @@ def where(cond: SOp, x: SOp, y: SOp) -> SOp:
     return SequenceMap(lambda c, xy: xy[0] if c else xy[1], cond, make_pair(x, y))
 
 
-# ------------------------------------------------------------------- tracr lib (§B.3)
+# ------------------------------------------------------------------------- tracr lib
 
 
 def make_length() -> SOp:
@@ -178,7 +177,7 @@ def make_sort_unique(vals: SOp, keys: SOp) -> SOp:
     return Aggregate(sel_new, vals).named("sort")
 
 
-# --------------------------------------------------------------- masked n-grams (§A.2.4)
+# ---------------------------------------------------------------------- masked n-grams
 
 
 def masked_ngram(s: SOp, is_sep: SOp, n: int, *, offset: int = 0, null: Any = None,
@@ -187,8 +186,8 @@ def masked_ngram(s: SOp, is_sep: SOp, n: int, *, offset: int = 0, null: Any = No
 
     ``u_0 = s[i - offset]``; for d >= 1, ``u_d = null`` if ``is_sep`` holds somewhere in
     ``s[i-offset-d+1 .. i-offset]``, else ``s[i-offset-d]`` (``edge`` before the start).
-    turing-programs-rasp.md §A.2.4 [R, reconstructed]; ``offset=1`` folds the KEY shift
-    of §A.2.3 op 10 into the shifts, which keeps P at 4 attention layers.
+    (our reconstruction); ``offset=1`` folds program P's key shift into the shifts,
+    which keeps P at 4 attention layers.
     Cost: n + offset - 1 shifts of ``s``, about n shifts of ``is_sep``, ~3n maps.
     """
     if n < 1:

@@ -1,9 +1,8 @@
 """Library machines and the random-machine generator.
 
-turing-programs-rasp.md §A.1.4 [R, reconstructed] (in-memory addition with
-interleaved operands and the carry in the state; N x 1 multiplication with the
-multiplier baked into the machine) and §A.3.4 [R] (random machines with
-premise-based rejection). These formats are ours, not the paper's strings (§A.1.2).
+In-memory addition with interleaved operands and the carry in the state; N x 1
+multiplication with the multiplier baked into the machine; random machines with
+premise-based rejection. These formats are ours, not the paper's strings.
 
 A :class:`Task` turns CLI input text into ``(machine, tape)`` and decodes the
 final tape; ``expected`` computes the answer with Python integers, independently.
@@ -65,7 +64,7 @@ def _parse_operands(text: str, op: str, task: str, example: str) -> tuple[str, s
 
 
 def multiplication_machine(d: int) -> TuringMachine:
-    """N x 1 multiplication by the digit ``d``: states c0..c8 hold the carry (§A.1.4)."""
+    """N x 1 multiplication by the digit ``d``: states c0..c8 hold the carry."""
     if not 0 <= d <= 9:
         raise MachineInputError(f"the multiplier must be one digit, got {d}")
     rows = []
@@ -146,7 +145,7 @@ TASKS: dict[str, Task] = {
 
 def random_machine(n_states: int = 4, n_symbols: int = 6, halt_prob: float = 0.1,
                    seed: int = 0) -> TuringMachine:
-    """A uniformly random total machine (§A.3.4): each entry moves to a halting state with
+    """A uniformly random total machine: each entry moves to a halting state with
     probability ``halt_prob``, else to a uniform working state; uniform write and move."""
     if n_states < 1 or n_symbols < 1 or not 0.0 <= halt_prob <= 1.0:
         raise MachineSpecError(f"random machine needs states >= 1, symbols >= 1 and 0 <= halt <= 1, "
@@ -175,7 +174,7 @@ def sample_machine(*, n_states: int = 4, n_symbols: int = 6, halt_prob: float = 
                    tape: Sequence[str] | None = None, tape_len: tuple[int, int] = (4, 16),
                    max_steps: int = 200, min_steps: int = 1, ngram: int | None = None,
                    seed: int = 0, max_tries: int = 1000) -> Sample:
-    """Rejection sampling (§A.3.4): machine seeds drawn from a stream seeded by ``seed``
+    """Rejection sampling: machine seeds drawn from a stream seeded by ``seed``
     until a machine halts within ``max_steps`` after at least ``min_steps`` steps and (when
     ``ngram`` is given) its trace has no repeated ``ngram``-gram. ``tape=None`` draws a random
     input per try. Different ``seed`` values give independent streams."""

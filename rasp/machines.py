@@ -1,13 +1,13 @@
 """Turing machines: spec (dataclass + JSON), reference simulator, Turing-Program traces.
 
-turing-programs-rasp.md §A.1.3 [R, reconstructed] (trace format, in-memory
-boundary rule, integer coding), §A.2.1 and §A.2.6 (the n-gram premise and its
-checker, the optional read-only address track).
+Tape conventions: docs/rasp.md, "Turing machines" (bounded tape, boundary rule,
+halting). The trace format, the n-gram premise and the optional read-only address
+track follow our reconstruction of Hou et al., arXiv 2407.03310.
 
 The simulator is plain Python on symbol strings and is the oracle of every test;
 it shares no code with the compiled RASP program (:mod:`rasp.compiler`).
 
-JSON format (issue 5)::
+JSON format (example: rasp/specs/parity.json)::
 
     {"states": [...], "start": "q0", "halt": ["qh"], "alphabet": [...], "blank": "_",
      "head": 0, "transitions": [[state, read, next_state, write, "L"|"R"], ...]}
@@ -30,7 +30,7 @@ _FIELDS = ("states", "start", "halt", "alphabet", "blank", "head", "transitions"
 
 @dataclass(frozen=True)
 class TuringMachine:
-    """A single-tape machine ``T = (Q, Sigma, delta, q0, H)`` (§A.1.3), validated on creation."""
+    """A single-tape machine ``T = (Q, Sigma, delta, q0, H)``, validated on creation."""
 
     states: tuple[str, ...]
     start: str
@@ -188,10 +188,13 @@ class Run:
 
 
 def simulate(tm: TuringMachine, tape: Sequence[str], max_steps: int) -> Run:
-    """Run ``tm`` in memory (§A.1.3): a move off either end leaves the head in place.
+    """Run ``tm`` on a bounded tape: a move off either end leaves the head in place.
+
+    The tape is exactly the input's cells (docs/rasp.md, "Turing machines"): no blank
+    cells are added, so a machine that stops on reading the blank needs one in its input.
 
     Stops at the first configuration whose state is halting; that configuration may
-    be c_{max_steps} itself (the step-budget edge case of §A.2.7). Raises
+    be c_{max_steps} itself (the step-budget edge case). Raises
     :class:`StepBudgetExceeded` otherwise, :class:`MachineSpecError` when a reached
     (state, symbol) pair has no transition.
     """
@@ -212,9 +215,24 @@ def simulate(tm: TuringMachine, tape: Sequence[str], max_steps: int) -> Run:
             head += move
         configs.append(Config(tuple(cells), head, state))
     if state not in halting:
-        raise StepBudgetExceeded(f"machine {tm.name!r} did not halt within {max_steps} steps "
-                                 f"(state {state!r} after step {max_steps}); raise --max-steps")
+        raise StepBudgetExceeded(_budget_message(tm, tape, max_steps, state))
     return Run(tm, tuple(configs))
+
+
+def _budget_message(tm: TuringMachine, tape: Sequence[str], max_steps: int, state: str) -> str:
+    """The one-line StepBudgetExceeded message, with the bounded-tape hint when it applies:
+    a machine that halts on reading the blank, run on an input without a blank cell,
+    never sees one (no cell exists beyond the input) and usually loops at the end."""
+    msg = f"machine {tm.name!r} did not halt within {max_steps} steps (state {state!r} after step {max_steps})"
+    halts_on_blank = any(s == tm.blank and q2 in tm.halt for _, s, q2, _, _ in tm.transitions)
+    if halts_on_blank and tm.blank not in tape:
+        padded = list(tape) + [tm.blank]
+        shown = ("" if len(padded) > 40 else
+                 ", e.g. " + repr(("" if all(len(c) == 1 for c in padded) else " ").join(padded)))
+        msg += (f"; it halts on reading the blank {tm.blank!r}, but the input has no blank cell and "
+                "the tape is bounded (no cell exists beyond the input; a move off either end leaves "
+                f"the head in place): end the input with a blank{shown}")
+    return msg + "; otherwise raise --max-steps"
 
 
 # ------------------------------------------------------------------------ tokens
@@ -222,9 +240,9 @@ def simulate(tm: TuringMachine, tape: Sequence[str], max_steps: int) -> Run:
 
 @dataclass(frozen=True)
 class Vocab:
-    """Integer coding of §A.1.3: plain ``s`` -> s, head ``<s,q>`` -> |S| + q|S| + s, specials last.
+    """Integer coding: plain ``s`` -> s, head ``<s,q>`` -> |S| + q|S| + s, specials last.
 
-    With an address track of ``tag_letters`` > 1 letters (§A.2.6), cell ids are offset
+    With an address track of ``tag_letters`` > 1 letters, cell ids are offset
     by ``tag * |S|(|Q|+1)``.
     """
 
@@ -291,7 +309,7 @@ def config_tokens(cfg: Config, tm: TuringMachine, vocab: Vocab, tags: Sequence[i
 
 
 def build_trace(run: Run, vocab: Vocab, tags: Sequence[int] | None = None) -> list[int]:
-    """The Turing Program ``BOS c_0 SEP c_1 SEP ... c_T EOS`` (§A.1.3)."""
+    """The Turing Program ``BOS c_0 SEP c_1 SEP ... c_T EOS``."""
     out = [vocab.BOS]
     for t, cfg in enumerate(run.configs):
         if t:
@@ -319,7 +337,7 @@ def split_configs(trace: Sequence[int], vocab: Vocab) -> list[list[int]]:
 
 
 def repeated_ngram(configs: Iterable[Sequence[Any]], n: int) -> tuple[int, int, int] | None:
-    """First ``(config index, earlier offset, later offset)`` of a repeated n-gram, or None (§A.2.1)."""
+    """First ``(config index, earlier offset, later offset)`` of a repeated n-gram, or None."""
     for t, cfg in enumerate(configs):
         seen: dict[tuple, int] = {}
         for i in range(len(cfg) - n + 1):
@@ -331,7 +349,7 @@ def repeated_ngram(configs: Iterable[Sequence[Any]], n: int) -> tuple[int, int, 
 
 
 def min_ngram(configs: Sequence[Sequence[Any]]) -> int:
-    """Smallest n >= 1 such that no configuration has a repeated n-gram (§A.2.6)."""
+    """Smallest n >= 1 such that no configuration has a repeated n-gram (the construction's premise)."""
     lo, hi = 1, max((len(c) for c in configs), default=1)
     while lo < hi:
         mid = (lo + hi) // 2
@@ -343,7 +361,7 @@ def min_ngram(configs: Sequence[Sequence[Any]]) -> int:
 
 
 def address_tags(length: int, letters: int, order: int | None = None) -> list[int]:
-    """Read-only address track (§A.2.6 [R], reconstructed; optional): a de Bruijn word whose ``order``-grams are all
+    """Read-only address track (our reconstruction; optional): a de Bruijn word whose ``order``-grams are all
     distinct, so every configuration satisfies the premise for n = ``order``.
 
     ``order=None`` picks the smallest order with ``letters**order + order - 1 >= length``.

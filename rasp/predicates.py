@@ -1,4 +1,4 @@
-"""Value encodings and the comparison predicates of Select (turing-programs-rasp.md §B.3).
+"""Value encodings and the comparison predicates of Select (tracr's names).
 
 Re-exported by :mod:`rasp.core`.
 """
@@ -10,14 +10,14 @@ from typing import Any, Callable
 
 
 class Encoding(str, enum.Enum):
-    """tracr's value encodings (§B.3): one-hot (categorical) or one scalar (numerical)."""
+    """tracr's value encodings: one-hot (categorical) or one scalar (numerical)."""
 
     CATEGORICAL = "categorical"
     NUMERICAL = "numerical"
 
 
 class Comparison(enum.Enum):
-    """tracr's predicates, called as ``predicate(key, query)`` (§B.3): ``LT`` is ``key < query``."""
+    """tracr's predicates, called as ``predicate(key, query)``: ``LT`` is ``key < query``."""
 
     EQ = "=="
     LT = "<"

@@ -83,31 +83,37 @@ class ConstantSelector(Selector):
     ``ConstantSelector(value, check_length=True)``: ``value`` is a square matrix with
     ``value[q][k]`` true when query ``q`` selects key ``k`` (tracr's orientation), or
     ``True`` / ``False`` (every key / no key, any length).
-    ``ConstantSelector(keys, queries, value=True)``: the same, naming the key and query
-    s-ops (they become children; the selection ignores their values).
+    ``ConstantSelector(keys, queries, value=True)`` (or ``keys=``, ``queries=`` by name):
+    the same, naming the key and query s-ops (they become children; the selection
+    ignores their values).
     Causal evaluation still masks keys after the query.
     """
 
     _kind = "constantselector"
 
-    def __init__(self, *args: Any, value: Any = _UNSET, check_length: bool = True) -> None:
-        keys = queries = None
-        if args and isinstance(args[0], SOp):
-            if len(args) not in (2, 3) or not isinstance(args[1], SOp):
-                raise TypeError("ConstantSelector(keys, queries, value=True) needs two s-ops, "
-                                f"got {args!r}")
-            keys, queries = args[0], args[1]
-            if len(args) == 3:
+    def __init__(self, *args: Any, keys: SOp | None = None, queries: SOp | None = None,
+                 value: Any = _UNSET, check_length: bool = True) -> None:
+        if args and isinstance(args[0], SOp):           # (keys, queries[, value])
+            if keys is not None or queries is not None:
+                raise TypeError("ConstantSelector got keys/queries both by position and by name")
+            if len(args) not in (2, 3):
+                raise TypeError(f"ConstantSelector(keys, queries, value=True): bad arguments {args!r}")
+            keys, queries, *rest = args
+            if rest:
                 if value is not _UNSET:
                     raise TypeError("ConstantSelector got value twice")
-                value = args[2]
-            value = True if value is _UNSET else value
-        else:
-            if len(args) > 2 or (args and value is not _UNSET):
+                value = rest[0]
+        elif args:                                      # tracr: (value[, check_length])
+            if len(args) > 2 or value is not _UNSET:
                 raise TypeError(f"ConstantSelector(value, check_length=True): bad arguments {args!r}")
+            value = args[0]
             if len(args) == 2:
                 check_length = args[1]
-            value = args[0] if args else (True if value is _UNSET else value)
+        if (keys is None) != (queries is None) or not all(
+                x is None or isinstance(x, SOp) for x in (keys, queries)):
+            raise TypeError(f"ConstantSelector needs both keys and queries as s-ops, or neither; got "
+                            f"keys={keys!r}, queries={queries!r}")
+        value = True if value is _UNSET else value
         super().__init__()
         object.__setattr__(self, "keys", keys)
         object.__setattr__(self, "queries", queries)

@@ -1,8 +1,8 @@
 """CLI: run a Turing machine's reference simulator and its compiled RASP program side by side.
 
-``python -m rasp.turing --machine NAME|PATH.json|random:SEED --input "..."`` (issue 5;
-turing-programs-rasp.md §A.1.3 trace format, §A.2.3 program P, §A.2.6 monitor and
-address track). Exit status: 0 when the RASP trace equals the simulator's token for
+``python -m rasp.turing --machine NAME|PATH.json|random:SEED --input "..."`` (trace
+format, program P, monitor and address track: our reconstruction of Hou et al., arXiv
+2407.03310; tape conventions: docs/rasp.md). Exit status: 0 when the RASP trace equals the simulator's token for
 token (and a library task's answer equals Python's), 1 when it does not, 2 on bad
 input (one line on stderr, no traceback).
 """
@@ -39,6 +39,14 @@ machines:
                     with transitions [[state, read, next_state, write, "L"|"R"], ...];
                     input: one character per cell, or symbols separated by spaces
 
+tape:
+  bounded: the tape is exactly the input's cells, nothing is added on either side;
+  a move off either end leaves the head in place (the write and the state change
+  still happen). A machine that halts on reading the blank therefore needs a blank
+  cell in its input (parity: "1011_", not "1011"); without one it usually loops at
+  the end of the tape until --max-steps runs out. The head starts on the spec's
+  "head" cell (negative counts from the right). See docs/rasp.md, "Turing machines".
+
 exit status: 0 traces match, 1 they differ (or the lookup became ambiguous),
              2 bad input (one "error: ..." line on stderr, nothing on stdout)
 examples:
@@ -63,7 +71,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="n-gram order of the lookup (default: the smallest n for which no "
                         "configuration of the simulated trace repeats an n-gram)")
     p.add_argument("--max-steps", type=int, default=10_000, metavar="S",
-                   help="step budget of the simulator; not halting within it is an error (default 10000)")
+                   help="step budget of the simulator; not halting within it is an error "
+                        "(default 10000; see 'tape' below)")
     p.add_argument("--mode", choices=("teacher", "greedy"), default="greedy",
                    help="teacher: causal evaluation on the reference trace; greedy: autoregressive "
                         "decoding from BOS c_0 SEP (default)")

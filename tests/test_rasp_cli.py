@@ -1,4 +1,4 @@
-"""``python -m rasp.turing``: output, exit codes, and one-line errors (issue 5, CLI and Bad input)."""
+"""``python -m rasp.turing``: output, exit codes, and one-line errors."""
 from __future__ import annotations
 
 import json
@@ -116,6 +116,26 @@ def test_help_describes_machines_and_exit_codes(capsys):
     for text in ("--machine", "--ngram", "--max-steps", "--mode", "--show-trace", "--json",
                  "addition", "random:SEED", "exit status"):
         assert text in out
+    tape = out[out.index("\ntape:"):out.index("exit status")]
+    for text in ("bounded", "leaves the head in place", "halts on reading the blank", '"1011_"',
+                 "--max-steps", "docs/rasp.md"):
+        assert text in " ".join(tape.split()), text
+
+
+def test_halting_on_blank_without_a_blank_names_the_bounded_tape(tmp_path):
+    """As a user runs it: parity stops on the blank, and "1011" has none."""
+    env = dict(os.environ, PYTHONPATH=f"{REPO / 'src'}{os.pathsep}{REPO}")
+    run = subprocess.run([sys.executable, "-m", "rasp.turing", "--machine", "parity", "--input", "1011",
+                          "--max-steps", "60"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert_one_line_error(run.returncode, run.stdout, run.stderr, "did not halt within 60 steps")
+    for text in ("halts on reading the blank '_'", "no blank cell", "tape is bounded",
+                 "e.g. '1011_'", "raise --max-steps"):
+        assert text in run.stderr, text
+    fixed = subprocess.run([sys.executable, "-m", "rasp.turing", "--machine", "parity", "--input",
+                            "1011_", "--json"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                           timeout=120)
+    assert fixed.returncode == 0 and json.loads(fixed.stdout)["final_tape"] == list("1011O")
 
 
 def test_module_runs_as_a_subprocess(tmp_path):

@@ -1,4 +1,4 @@
-"""Program P (turing-programs-rasp.md §A.2.3) against the reference simulator.
+"""Program P (the RASP Turing-program simulator) against the reference simulator.
 
 Oracle: :func:`rasp.machines.simulate` + :func:`build_trace` (plain Python) and Python ints.
 """
@@ -18,7 +18,7 @@ from rasp.machines import (TuringMachine, Vocab, address_tags, build_trace, min_
 @st.composite
 def halting_runs(draw, max_len=10, max_steps=60):
     """A random machine (the first one from a drawn seed that halts on the drawn input after at
-    least a drawn number of steps: rejection sampling, §A.3.4) and its run."""
+    least a drawn number of steps: rejection sampling) and its run."""
     n_states, n_symbols = draw(st.integers(1, 4)), draw(st.integers(2, 6))
     length = draw(st.integers(1, max_len))
     tape = [str(s) for s in draw(st.lists(st.integers(0, n_symbols - 1), min_size=length,
@@ -56,7 +56,7 @@ def test_program_reproduces_every_premise_satisfying_trace(run, extra):
 @settings(max_examples=100)
 @given(run=halting_runs(), n=st.integers(1, 3))
 def test_never_a_silent_wrong_trace(run, n):
-    """Whatever n: the run equals the simulator's, or the monitor raises (§A.2.6)."""
+    """Whatever n: the run equals the simulator's, or the monitor raises."""
     vocab, trace = reference(run)
     tp = compile_turing_machine(run.machine, n, vocab=vocab)
     L = len(run.configs[0].tape)
@@ -85,7 +85,7 @@ def test_address_track_makes_the_premise_hold(run, letters):
 
 
 def test_first_occurrence_lookup_fails():
-    """The np-rasp ``induct`` choice (first occurrence) breaks P (§A.2.2 detail 1, §A.2.7)."""
+    """The np-rasp ``induct`` choice (first occurrence) breaks P: the lookup needs the last one."""
     total = wrong = 0
     checked = False
     for seed in range(0, 4000, 97):
@@ -150,7 +150,7 @@ def test_halting_exactly_at_the_step_budget_emits_eos():
 def test_program_size_is_linear_in_n_with_four_attention_layers():
     tm = addition_machine()
     stats = {n: compile_turing_machine(tm, n).stats for n in range(1, 10)}
-    # O(n) (§A.2.4): from n = 3 on every extra n-gram position adds the same 12 ops
+    # O(n): from n = 3 on every extra n-gram position adds the same 12 ops
     # (2 shift heads + 1 mask + 1 OR + 1 concat, for the query and for the key, + a shared shift)
     assert {stats[n + 1].size - stats[n].size for n in range(3, 9)} == {12}
     assert all(s.attention_layers == 4 for s in stats.values())

@@ -1,5 +1,5 @@
 """Mini-RASP interpreter semantics: hand-computed cases, errors, and fast paths against an
-independent nested-loop reference (turing-programs-rasp.md §B.1-§B.4)."""
+independent nested-loop reference (docs/rasp.md)."""
 from __future__ import annotations
 
 import numpy as np
@@ -12,6 +12,7 @@ from rasp.core import (Aggregate, Comparison, Full, Map, Select, SelectorAnd, Se
 from rasp.errors import (AmbiguousAggregateError, RASPEvaluationError, RASPSizeError,
                          RASPTypeError)
 from rasp.evaluate import IncrementalEvaluator, evaluate
+from rasp_oracle import ref_eval
 
 EQ, LT, LEQ, GT, GEQ, NEQ, TRUE, FALSE = (Comparison.EQ, Comparison.LT, Comparison.LEQ, Comparison.GT,
                                           Comparison.GEQ, Comparison.NEQ, Comparison.TRUE,
@@ -202,65 +203,6 @@ def test_constructor_type_errors():
 # ------------------------------------------------- fast paths vs a nested-loop reference
 
 
-def ref_eval(expr, toks, causal):
-    """Independent oracle: Weiss/tracr semantics with explicit n x n loops."""
-    n, memo = len(toks), {}
-
-    def sop(e):
-        if e.uid in memo:
-            return memo[e.uid]
-        name = type(e).__name__
-        if name == "TokensType":
-            v = list(toks)
-        elif name == "IndicesType":
-            v = list(range(n))
-        elif name == "LengthType":
-            v = [p + 1 if causal else n for p in range(n)]
-        elif name == "Full":
-            v = [e.fill] * n
-        elif name == "Map":
-            v = [e.f(x) for x in sop(e.inner)]
-        elif name == "SequenceMap":
-            v = [e.f(x, y) for x, y in zip(sop(e.fst), sop(e.snd))]
-        else:
-            mat = sel(e.selector)
-            vals = sop(e.sop) if name == "Aggregate" else None
-            v = []
-            for q in range(n):
-                chosen = [k for k in range(n) if mat[q][k] and (k <= q or not causal)]
-                if name == "SelectorWidth":
-                    v.append(len(chosen))
-                    continue
-                picked = [vals[k] for k in chosen]
-                if not picked:
-                    v.append(e.default)
-                elif e.reduce in ("max", "min"):
-                    v.append((max if e.reduce == "max" else min)(picked))
-                elif e.encoding.value == "numerical":
-                    if not all(isinstance(x, (int, float)) for x in picked):
-                        raise RASPTypeError("non-numeric")
-                    v.append(sum(picked) / len(picked))
-                elif len(set(picked)) > 1:
-                    raise AmbiguousAggregateError("several")
-                else:
-                    v.append(picked[0])
-        memo[e.uid] = v
-        return v
-
-    def sel(s):
-        name = type(s).__name__
-        if name == "Select":
-            ks, qs = sop(s.keys), sop(s.queries)
-            return [[bool(s.predicate(ks[k], qs[q])) for k in range(n)] for q in range(n)]
-        if name == "SelectorNot":
-            return [[not x for x in row] for row in sel(s.inner)]
-        a, b = sel(s.fst), sel(s.snd)
-        op = (lambda x, y: x and y) if name == "SelectorAnd" else (lambda x, y: x or y)
-        return [[op(x, y) for x, y in zip(ra, rb)] for ra, rb in zip(a, b)]
-
-    return sop(expr)
-
-
 SIDES = [tokens, indices, indices + 1, indices - 2, Map(lambda t: t % 3, tokens), Full(1),
          Map(lambda i: i // 2, indices)]
 PREDS = list(Comparison)
@@ -297,7 +239,7 @@ def outcome(fn):
         return ("error", type(exc).__name__)
 
 
-@settings(max_examples=300)   # a cheap oracle: many examples (ecosystem-conventions.md §8.6)
+@settings(max_examples=300)   # a cheap oracle: many examples
 @given(prog=programs(), toks=st.lists(st.integers(0, 5), min_size=1, max_size=12),
        causal=st.booleans())
 def test_fast_paths_and_dense_path_agree_with_the_reference(prog, toks, causal):

@@ -1,4 +1,4 @@
-"""RASP-L / tracr library helpers against plain Python (turing-programs-rasp.md §B.2, §B.3, §A.2.4)."""
+"""RASP-L / tracr library helpers against plain Python."""
 from __future__ import annotations
 
 from hypothesis import given, strategies as st

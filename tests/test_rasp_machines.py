@@ -1,5 +1,5 @@
 """Turing-machine specs, reference simulator, traces, premise checker and library machines
-(turing-programs-rasp.md §A.1.3, §A.1.4, §A.2.1, §A.2.6, §A.3.4)."""
+(docs/rasp.md, "Turing machines")."""
 from __future__ import annotations
 
 import json
@@ -105,6 +105,26 @@ def test_halting_exactly_at_the_step_budget():
         simulate(machine(), list("001"), max_steps=3)
 
 
+def test_step_budget_message_hints_at_the_blank_only_when_it_applies():
+    stop_on_blank = machine(blank="_", alphabet=["0", "1", "_"],
+                            transitions=[["a", "0", "a", "0", "R"], ["a", "1", "a", "1", "R"],
+                                         ["a", "_", "H", "_", "R"]])
+    with pytest.raises(StepBudgetExceeded, match=r"no blank cell .* e\.g\. '011_'; otherwise"):
+        simulate(stop_on_blank, list("011"), 20)
+    assert simulate(stop_on_blank, list("011_"), 20).final.state == "H"
+    multi = TuringMachine(states=("a", "H"), start="a", halt=("H",), alphabet=("x1", "b0"),
+                          blank="b0", transitions=[["a", "x1", "a", "x1", "R"], ["a", "b0", "H", "b0", "R"]])
+    with pytest.raises(StepBudgetExceeded, match="e.g. 'x1 x1 b0'"):
+        simulate(multi, ["x1", "x1"], 5)
+    # no hint for a machine that never halts on the blank, nor for an input holding a blank
+    loop = machine(transitions=[["a", "0", "a", "0", "R"], ["a", "1", "a", "1", "L"]])
+    from_the_right = TuringMachine.from_dict({**stop_on_blank.to_dict(), "head": -1})
+    for tm, tape in ((loop, "01"), (from_the_right, "_11")):
+        with pytest.raises(StepBudgetExceeded, match="within 8 steps") as exc:
+            simulate(tm, list(tape), 8)
+        assert "blank" not in str(exc.value) and str(exc.value).endswith("raise --max-steps")
+
+
 def test_trace_format_and_vocab():
     tm = machine()
     v = Vocab.for_machine(tm)
@@ -113,7 +133,7 @@ def test_trace_format_and_vocab():
     assert [v.render(t) for t in trace[:7]] == ["BOS", "[0|a]", "1", "SEP", "1", "[1|a]", "SEP"]
     assert trace[-1] == v.EOS and len(trace) == 1 + 3 * len(run.configs)
     assert split_configs(trace, v)[0] == trace[1:3]
-    # integer coding of §A.1.3: head <s,q> -> |S| + q|S| + s
+    # integer coding: head <s,q> -> |S| + q|S| + s
     assert v.cell(1, 2) == 2 + 2 * 2 + 1 and v.decode(v.cell(1, 2)) == (1, 2, 0)
     assert (v.BOS, v.SEP, v.EOS, v.size) == (8, 9, 10, 11)
 

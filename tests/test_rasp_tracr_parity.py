@@ -121,6 +121,13 @@ def test_constant_selector_forms_and_length_rule():
     named = ConstantSelector(indices, tokens, value=False)
     assert named.children == (indices, tokens) and named.uniform is False
     assert ConstantSelector(indices, tokens).uniform is True
+    by_name = ConstantSelector(keys=indices, queries=tokens, value=MATRIX)
+    assert by_name.children == (indices, tokens) and by_name.value == ConstantSelector(MATRIX).value
+    for bad in (dict(keys=indices), dict(keys=indices, queries=3)):
+        with pytest.raises(TypeError, match="keys and queries"):
+            ConstantSelector(**bad)
+    with pytest.raises(TypeError, match="value twice"):
+        ConstantSelector(indices, tokens, True, value=False)
     assert ConstantSelector(value=MATRIX).value == ConstantSelector(MATRIX, True).value
     shown = ConstantSelector(tokens, indices, True)
     ev = evaluate(SelectorWidth(shown), "ab", causal=True)
