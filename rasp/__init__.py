@@ -33,3 +33,16 @@ __all__ = [
     "categorical", "compile_turing_machine", "evaluate", "indices", "length", "min_ngram",
     "numerical", "simulate", "tokens",
 ]
+
+
+_WEIGHTS = ("compile_to_transformer", "CompiledTransformer", "CompileError")
+
+
+def __getattr__(name: str):
+    """``rasp.compile_to_transformer`` & co. come from :mod:`rasp.weights`, imported on first use
+    (it needs torch; the interpreter does not)."""
+    if name in _WEIGHTS:
+        from rasp import weights
+
+        return getattr(weights, name)
+    raise AttributeError(f"module 'rasp' has no attribute {name!r}")

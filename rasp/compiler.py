@@ -28,15 +28,15 @@ EDGE = -1   # what shifts read before the start of the sequence
 NULL = -2   # don't-care / masked value
 
 
-def local_rule(tm: TuringMachine, vocab: Vocab) -> Callable[[Any, Any, Any], Any]:
-    """The radius-1 rule ``F(l, c, r)`` (one step of the machine, per cell) on integer tokens, as lookup tables (an MLP)."""
-    n_sym, n_cells, sep, bos, eos = len(tm.alphabet), vocab.BOS, vocab.SEP, vocab.BOS, vocab.EOS
+def head_moves(tm: TuringMachine, vocab: Vocab) -> tuple[dict[int, tuple[int, int, int]], list[int], list[int]]:
+    """Per cell token: ``head_out[tok] = (blocked-in-place result, leaving result, direction)``
+    for a working head, and the state a head hands to its right / left neighbour
+    (``to_right[tok]`` / ``to_left[tok]``, -1: none)."""
+    n_cells = vocab.BOS
     sym = {s: i for i, s in enumerate(tm.alphabet)}
     st = {q: i for i, q in enumerate(tm.states)}
     halting = {st[q] for q in tm.halt}
     rule = {(st[q], sym[s]): (st[q2], sym[w], d) for (q, s), (q2, w, d) in tm.delta.items()}
-    # per token: (blocked-in-place result, leaving result, direction) for a working head,
-    # and the state a head hands to its right / left neighbour (-1: none).
     head_out: dict[int, tuple[int, int, int]] = {}
     to_right = [-1] * n_cells
     to_left = [-1] * n_cells
@@ -47,6 +47,15 @@ def local_rule(tm: TuringMachine, vocab: Vocab) -> Callable[[Any, Any, Any], Any
         q2, w, d = rule[(q, s)]
         head_out[tok] = (vocab.cell(w, q2, tag), vocab.cell(w, None, tag), d)
         (to_right if d > 0 else to_left)[tok] = q2
+    return head_out, to_right, to_left
+
+
+def local_rule(tm: TuringMachine, vocab: Vocab) -> Callable[[Any, Any, Any], Any]:
+    """The radius-1 rule ``F(l, c, r)`` (one step of the machine, per cell) on integer tokens, as lookup tables (an MLP)."""
+    n_sym, n_cells, sep, bos, eos = len(tm.alphabet), vocab.BOS, vocab.SEP, vocab.BOS, vocab.EOS
+    st = {q: i for i, q in enumerate(tm.states)}
+    halting = {st[q] for q in tm.halt}
+    head_out, to_right, to_left = head_moves(tm, vocab)
     is_head = [vocab.decode(t)[1] is not None for t in range(n_cells)]
     halted = {t for t in range(n_cells) if is_head[t] and vocab.decode(t)[1] in halting}
     block = vocab.block
@@ -87,6 +96,14 @@ class TuringProgram:
     output: SOp
     match: SOp                      # the lookup's key index m (for the monitor)
     stats: ProgramStats = field(repr=False)
+
+    def to_transformer(self, max_seq_len: int, **kwargs: Any) -> Any:
+        """This machine's program P compiled to the weights of a lengthgen.Transformer for traces
+        of at most ``max_seq_len`` tokens (:func:`rasp.weights.turing.transformer_program`;
+        docs/turing-programs.md). Returns a ``CompiledTuringProgram``."""
+        from rasp.weights.turing import transformer_program
+
+        return transformer_program(self.machine, self.ngram, vocab=self.vocab).to_transformer(max_seq_len, **kwargs)
 
     def teacher_forced(self, trace: Sequence[int], *, monitor: bool = True) -> list[int]:
         """Causal evaluation on ``trace[:-1]``; returns the predicted continuation

@@ -18,7 +18,7 @@ __all__ = [
     "full", "tok_map", "seq_map", "select", "sel_width", "aggr", "kqv", "equals", "leq", "lt",
     "geq", "gt", "shift_right", "index_select", "cumsum", "firsts", "lasts", "where",
     "make_length", "make_hist", "make_reverse", "make_sort_unique", "masked_ngram", "shift_selector",
-    "indices", "tokens",
+    "make_pair", "tuple_pair", "tuple_singleton", "tuple_append", "indices", "tokens",
 ]
 
 # np-rasp predicates, called as pred(key, query)
@@ -67,6 +67,30 @@ def kqv(k: SOp, q: SOp, v: SOp, pred: Comparison | Callable[[Any, Any], Any], de
         reduction: str = "mean") -> SOp:
     """np-rasp ``kqv`` = ``aggr(select(k, q, pred), v, default, reduction)``."""
     return aggr(select(k, q, pred), v, default=default, reduction=reduction)
+
+
+# ------------------------------------------------------------------- tuple constructors
+
+
+def tuple_pair(a: Any, b: Any) -> tuple:
+    """``(a, b)``. A weights compiler recognises this function (by identity) and keeps a pair
+    as the two residual subspaces of its parts instead of one subspace per pair of values."""
+    return (a, b)
+
+
+def tuple_singleton(v: Any) -> tuple:
+    """``(v,)``; recognised like :func:`tuple_pair`."""
+    return (v,)
+
+
+def tuple_append(t: tuple, v: Any) -> tuple:
+    """``t + (v,)``; recognised like :func:`tuple_pair`."""
+    return t + (v,)
+
+
+def make_pair(x: SOp, y: SOp) -> SOp:
+    """The s-op ``(x[i], y[i])`` (a SequenceMap of :func:`tuple_pair`)."""
+    return SequenceMap(tuple_pair, x, y)
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -122,7 +146,7 @@ def lasts(x: SOp, q: SOp, default: Any = -1) -> SOp:
 
 def where(cond: SOp, x: SOp, y: SOp) -> SOp:
     """``x if cond else y`` elementwise (np-rasp ``where``)."""
-    return SequenceMap(lambda c, xy: xy[0] if c else xy[1], cond, SequenceMap(lambda a, b: (a, b), x, y))
+    return SequenceMap(lambda c, xy: xy[0] if c else xy[1], cond, make_pair(x, y))
 
 
 # ------------------------------------------------------------------------- tracr lib
@@ -179,7 +203,7 @@ def masked_ngram(s: SOp, is_sep: SOp, n: int, *, offset: int = 0, null: Any = No
         cols.append(SequenceMap(lambda v, b: null if b else v, s_d, seen))
         if d < n - 1:
             seen = SequenceMap(lambda a, b: bool(a or b), seen, shifted(is_sep, d + offset, False))
-    gram = Map(lambda v: (v,), cols[-1])
+    gram = Map(tuple_singleton, cols[-1])
     for col in reversed(cols[:-1]):
-        gram = SequenceMap(lambda t, v: t + (v,), gram, col)
+        gram = SequenceMap(tuple_append, gram, col)
     return gram

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any, Sequence
 
 from tqdm import tqdm
 
+from rasp.analyse import analyse
 from rasp.compiler import compile_turing_machine
 from rasp.errors import AmbiguousLookupError, RASPError
 from rasp.library import SPEC_DIR, TASKS, Task, random_machine, sample_machine
@@ -50,6 +52,7 @@ exit status: 0 traces match, 1 they differ (or the lookup became ambiguous),
 examples:
   python -m rasp.turing --machine addition --input 99+1 --show-trace
   python -m rasp.turing --machine random:7 --input 0123450 --mode teacher --json
+  python -m rasp.turing --machine addition --input 31415+27182 --backend transformer --json
 """
 
 
@@ -73,6 +76,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", choices=("teacher", "greedy"), default="greedy",
                    help="teacher: causal evaluation on the reference trace; greedy: autoregressive "
                         "decoding from BOS c_0 SEP (default)")
+    p.add_argument("--backend", choices=("interpreter", "transformer"), default="interpreter",
+                   help="interpreter: evaluate program P in the RASP interpreter (default); "
+                        "transformer: compile P to the weights of a lengthgen.Transformer and run "
+                        "it with lengthgen.decode (greedy: KV cache; teacher: one forward pass)")
     p.add_argument("--address-track", type=int, metavar="B", default=0,
                    help="tag cells with a read-only de Bruijn address over B >= 2 letters so the "
                         "premise holds for any machine (changes the vocabulary)")
@@ -140,30 +147,36 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     n = args.ngram if args.ngram is not None else premise_n
     if n < 1:
         raise RASPError(f"--ngram must be >= 1, got {n}")
-    tp = compile_turing_machine(tm, n, vocab=vocab)
     L = len(res.tape)
-    monitor = None
-    if args.mode == "teacher":
-        try:
-            got = ref[:L + 2] + tp.teacher_forced(ref)
-        except AmbiguousLookupError as exc:
-            monitor, got = str(exc), ref[:exc.position + 1]
+    monitor, extra = None, {}
+    start = time.perf_counter()
+    if args.backend == "transformer":
+        tp = _run_transformer_backend(tm, n, vocab, ref, args.mode, extra)
     else:
-        bar = tqdm(total=len(ref) - L - 2, unit="tok", file=sys.stderr, leave=False,
-                   disable=args.json or not sys.stderr.isatty(), desc="greedy")
-        with bar:
-            try:
-                got = tp.greedy(ref[:L + 2], len(ref), progress=bar)
-            except AmbiguousLookupError as exc:
-                monitor, got = str(exc), ref[:exc.position + 1]
+        tp = compile_turing_machine(tm, n, vocab=vocab)
+    try:
+        if args.mode == "teacher":
+            got = ref[:L + 2] + tp.teacher_forced(ref)
+        else:
+            bar = tqdm(total=len(ref) - L - 2, unit="tok", file=sys.stderr, leave=False,
+                       disable=args.json or not sys.stderr.isatty() or args.backend == "transformer",
+                       desc="greedy")
+            with bar:
+                got = (tp.greedy(ref[:L + 2], len(ref)) if args.backend == "transformer"
+                       else tp.greedy(ref[:L + 2], len(ref), progress=bar))
+    except AmbiguousLookupError as exc:
+        monitor, got = str(exc), ref[:exc.position + 1]
+    seconds = time.perf_counter() - start
     mismatch = _first_mismatch(ref, got) if monitor is None else len(got)
     final = list(sim.final.tape)
+    stats = analyse(tp.output)
     report: dict[str, Any] = {
         "machine": tm.name, "match": mismatch is None, "steps": sim.steps, "trace_tokens": len(ref),
-        "program_ops": tp.stats.size, "attention_layers": tp.stats.attention_layers,
-        "heads_per_layer": list(tp.stats.heads_per_layer), "ngram": n, "premise_ngram": premise_n,
+        "program_ops": stats.size, "attention_layers": stats.attention_layers,
+        "heads_per_layer": list(stats.heads_per_layer), "ngram": n, "premise_ngram": premise_n,
         "mode": args.mode, "final_tape": final, "first_mismatch": mismatch, "monitor": monitor,
-        "tape_cells": L, "halt_state": sim.final.state,
+        "tape_cells": L, "halt_state": sim.final.state, "backend": args.backend,
+        "n_tokens": len(ref), "seconds": round(seconds, 3), **extra,
     }
     if res.task is not None:
         report["answer"] = res.task.decode(final)
@@ -177,6 +190,38 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     return report, lines
 
 
+def _run_transformer_backend(tm: TuringMachine, n: int, vocab: Vocab, ref: list[int], mode: str,
+                             extra: dict[str, Any]) -> Any:
+    """Compile program P to transformer weights for this trace's length; size into ``extra``."""
+    from rasp.weights.turing import transformer_program
+
+    tp = transformer_program(tm, n, vocab=vocab)
+    compiled = tp.to_transformer(len(ref))
+    stats = compiled.compiled.stats
+    extra.update(layers=stats["layers"], heads=stats["heads"], d_model=stats["d_model"],
+                 d_mlp=stats["d_mlp"], n_params=stats["params"],
+                 compile_seconds=stats["compile_seconds"])
+    return _Backend(tp, compiled)
+
+
+@dataclass
+class _Backend:
+    """The compiled transformer behind the interpreter's ``teacher_forced``/``greedy`` calls."""
+
+    program: Any
+    compiled: Any
+
+    @property
+    def output(self) -> Any:
+        return self.program.output
+
+    def teacher_forced(self, trace: Sequence[int]) -> list[int]:
+        return self.compiled.teacher_forced(trace)
+
+    def greedy(self, prompt: Sequence[int], max_tokens: int) -> list[int]:
+        return self.compiled.greedy(prompt, max_tokens)
+
+
 def _text(report: dict[str, Any]) -> str:
     heads = "/".join(map(str, report["heads_per_layer"]))
     match = "yes" if report["match"] else f"NO (first mismatch at trace token {report['first_mismatch']})"
@@ -187,10 +232,14 @@ def _text(report: dict[str, Any]) -> str:
         ("program", f"ngram={report['ngram']} (premise needs {report['premise_ngram']}), "
                     f"{report['program_ops']} ops, {report['attention_layers']} attention layers, "
                     f"heads per layer {heads}"),
-        ("mode", report["mode"]),
+        ("mode", f"{report['mode']} ({report['backend']}, {report['seconds']} s)"),
         ("match", match),
         ("final tape", " ".join(report["final_tape"])),
     ]
+    if "d_model" in report:
+        rows.append(("transformer", f"{report['layers']} layers, {report['heads']} heads, d_model "
+                                    f"{report['d_model']}, d_mlp {report['d_mlp']}, "
+                                    f"{report['n_params']} parameters"))
     if "answer" in report:
         ok = "correct" if report["answer"] == report["expected"] else "WRONG"
         rows.append(("answer", f"{report['answer']} (Python: {report['expected']}, {ok})"))

@@ -62,13 +62,14 @@ def report_progress(callback: Callable[[int, int], None]) -> Iterator[None]:
 
 
 def visibility_mask(
-    q_from: int, q_to: int, k_from: int, k_to: int, window: int | None, device: torch.device | str | None
+    q_from: int, q_to: int, k_from: int, k_to: int, window: int | None, device: torch.device | str | None,
+    causal: bool = True,
 ) -> torch.Tensor:
     """Boolean ``[q_to - q_from, k_to - k_from]``: True where the query at absolute position q may
-    see the key at position j (``j <= q``, and ``j > q - window`` under Hard-ALiBi)."""
+    see the key at position j (``j <= q`` when causal, and ``j > q - window`` under Hard-ALiBi)."""
     q_pos = torch.arange(q_from, q_to, device=device).unsqueeze(1)
     k_pos = torch.arange(k_from, k_to, device=device).unsqueeze(0)
-    allowed = k_pos <= q_pos
+    allowed = k_pos <= q_pos if causal else torch.ones_like(k_pos <= q_pos)
     if window is not None:
         allowed &= k_pos > q_pos - window
     return allowed
@@ -82,11 +83,13 @@ def causal_mask(
 
 
 def dense_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, window: int | None = None
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, window: int | None = None,
+    causal: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Explicit softmax. Returns ``(output, scores, pattern)``; masked scores are ``-inf``."""
+    """Explicit softmax. Returns ``(output, scores, pattern)``; masked scores are ``-inf``.
+    ``causal=False``: every query sees every key (no mask, no window)."""
     scores = torch.matmul(q, k.transpose(-1, -2)) * scale
-    if q.shape[-2] > 1 or window is not None:  # one query (a decoding step) sees every key: no mask
+    if causal and (q.shape[-2] > 1 or window is not None):  # one query (a decoding step) sees every key
         allowed = causal_mask(q.shape[-2], k.shape[-2], window, q.device)
         scores = scores.masked_fill(~allowed, float("-inf"))
     pattern = torch.softmax(scores, dim=-1)
@@ -101,6 +104,7 @@ def chunked_attention(
     window: int | None = None,
     query_block: int = 512,
     key_block: int = 8192,
+    causal: bool = True,
 ) -> torch.Tensor:
     """Online-softmax attention over key blocks (Milakov & Gimelshein 2018; FlashAttention).
 
@@ -119,10 +123,11 @@ def chunked_attention(
         row_max = torch.full((*q_blk.shape[:-1], 1), float("-inf"), dtype=q.dtype, device=q.device)
         row_sum = torch.zeros_like(row_max)
         acc = torch.zeros(*q_blk.shape[:-1], v.shape[-1], dtype=q.dtype, device=q.device)
-        for k0 in range(lo - lo % key_block, last_q + 1, key_block):
-            k1 = min(last_q + 1, k0 + key_block)
+        k_end = last_q + 1 if causal else lk
+        for k0 in range(lo - lo % key_block, k_end, key_block):
+            k1 = min(k_end, k0 + key_block)
             s = torch.matmul(q_blk, k[..., k0:k1, :].transpose(-1, -2))
-            needs_mask = k1 - 1 > first_q or (window is not None and k0 <= last_q - window)
+            needs_mask = causal and (k1 - 1 > first_q or (window is not None and k0 <= last_q - window))
             if needs_mask:
                 s = s.masked_fill(~visibility_mask(first_q, last_q + 1, k0, k1, window, q.device), float("-inf"))
             new_max = torch.maximum(row_max, s.amax(dim=-1, keepdim=True))
@@ -195,11 +200,33 @@ def _cuda_long_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scal
     return out[..., :ev]
 
 
-def long_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, window: int | None = None
+def _cpu_full_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, kernel: Callable
 ) -> torch.Tensor:
-    """Exact causal attention with memory O(N·d): picks the fastest path that fits (module doc)."""
+    """Non-causal attention through the fused CPU flash kernel, one query chunk at a time."""
+    ev = v.shape[-1]
+    width = max(ev, q.shape[-1])
+    q, k, v = (F.pad(t, (0, width - t.shape[-1])) for t in (q, k, v))
+    out = torch.empty_like(q)
+    for r0 in range(0, q.shape[-2], QUERY_CHUNK):
+        r1 = min(q.shape[-2], r0 + QUERY_CHUNK)
+        out[..., r0:r1, :] = kernel(q[..., r0:r1, :], k, v, 0.0, False, scale=scale)[0]
+    return out[..., :ev]
+
+
+def long_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, window: int | None = None,
+    causal: bool = True,
+) -> torch.Tensor:
+    """Exact attention with memory O(N·d): picks the fastest path that fits (module doc).
+    ``causal=False`` (non-causal programs): every query sees every key; no window."""
     kernel = cpu_flash_kernel() if window is None and q.device.type == "cpu" else None
+    if not causal:
+        if window is not None:
+            raise ValueError("a non-causal head has no Hard-ALiBi window")
+        if kernel is not None:
+            return _cpu_full_attention(q, k, v, scale, kernel)
+        return chunked_attention(q, k, v, scale, None, causal=False)
     if kernel is not None:
         return _cpu_long_attention(q, k, v, scale, kernel)
     if window is None and q.device.type == "cuda" and q.dtype != torch.float64:

@@ -40,7 +40,9 @@ DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch
 class TransformerConfig:
     """Architecture of a :class:`Transformer`. ``attn_windows`` gives Hard-ALiBi windows per head
     (``None`` entries: plain causal); ``n_ctx`` is the number of rows of ``W_pos``, i.e. the largest
-    usable position ID plus one."""
+    usable position ID plus one. ``causal=False`` lets every position attend to every position
+    (non-causal programs, e.g. compiled RASP in tracr's default mode); decoding with a KV cache
+    then has no meaning."""
 
     d_vocab: int
     d_model: int
@@ -56,6 +58,7 @@ class TransformerConfig:
     attn_windows: list[int | None] | None = None
     d_vocab_out: int | None = None
     dtype: str = "float32"
+    causal: bool = True
 
     def __post_init__(self) -> None:
         if self.positional not in POSITIONAL_KINDS:
@@ -66,6 +69,8 @@ class TransformerConfig:
             raise ValueError(f"unknown normalization {self.normalization!r}; choose None or 'LN'")
         if self.dtype not in DTYPES:
             raise ValueError(f"unknown dtype {self.dtype!r}; choose one of {tuple(DTYPES)}")
+        if not self.causal and self.attn_windows is not None and any(w is not None for w in self.attn_windows):
+            raise ValueError("attn_windows (Hard-ALiBi) need causal attention")
         if self.attn_windows is not None and len(self.attn_windows) != self.n_heads:
             raise ValueError(f"attn_windows needs one entry per head ({self.n_heads}), got {self.attn_windows}")
         if self.d_vocab_out is None:
@@ -148,9 +153,10 @@ class Attention(nn.Module):
             qs, ks, vs = (q, k, v) if len(groups) == 1 else (q[:, heads], k[:, heads], v[:, heads])
             heads = slice(None) if len(groups) == 1 else heads
             if not dense:
-                z[:, heads] = long_attention(qs, ks, vs, self.cfg.score_scale, window)
+                z[:, heads] = long_attention(qs, ks, vs, self.cfg.score_scale, window, causal=self.cfg.causal)
                 continue
-            z[:, heads], scores, pattern = dense_attention(qs, ks, vs, self.cfg.score_scale, window)
+            z[:, heads], scores, pattern = dense_attention(qs, ks, vs, self.cfg.score_scale, window,
+                                                          causal=self.cfg.causal)
             if acts is not None:
                 if scores_all is None:
                     scores_all = scores.new_empty(q.shape[0], q.shape[1], q.shape[2], k.shape[2])

@@ -1,0 +1,410 @@
+"""Static analysis for the weights compiler: nodes, value sets, encodings, selector atoms, layers.
+
+This is tracr's ``rasp_to_graph`` + ``basis_inference`` + layer allocation (Lindner et al. 2023,
+"Tracr: Compiled Transformers as a Laboratory for Interpretability", Sec. 3), adapted to the
+mini-RASP of :mod:`rasp.core` and explained in docs/turing-programs.md ("Compiling RASP to
+weights"):
+
+* every s-op becomes a :class:`Node` with a *kind* (computed in the token embedding, in the
+  position embedding, by an MLP, by an attention head, or a tuple "view" of other nodes) and
+  an *encoding* (``onehot``: one residual dimension per value, tracr's categorical;
+  ``ordinal``: the value's integer code ``x`` and ``x**2`` in two dimensions; ``numerical``:
+  one dimension holding the number; ``tuple``: the parts' own dimensions);
+* value sets are inferred from ``vocab`` and ``max_seq_len`` as tracr does, by evaluating
+  each Map / SequenceMap on every input value (or pair of values);
+* selectors become lists of :class:`Atom` (an And is a sum of atoms);
+* each node gets the earliest sub-layer slot after its inputs (slot ``2l`` is the attention of
+  layer ``l``, ``2l + 1`` its MLP): longest-path scheduling, so independent ops share a layer.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from rasp import lib
+from rasp.core import (Aggregate, Comparison, Encoding, Full, IndicesType, LengthType, Map,
+                       Select, Selector, SelectorAnd, SelectorNot, SelectorOr, SelectorWidth,
+                       SequenceMap, SOp, TokensType, walk)
+from rasp.errors import RASPError
+from rasp.evaluate import evaluate
+from rasp.tracr_ops import ConstantSelector, ConstantSOp, LinearSequenceMap
+
+ONEHOT_MAX = 32        # categorical value sets up to this size are one-hot (tracr's layout)
+TABLE_MAX = 512        # ... and up to this size when an order/custom predicate needs a table
+LOOKUP_MAX = 400_000   # entries of one MLP lookup table (product of its inputs' value sets)
+TUPLE_FUNCS = (lib.tuple_pair, lib.tuple_singleton, lib.tuple_append)
+
+
+class CompileError(RASPError):
+    """A RASP construct the weights compiler cannot turn into exact weights (the message names
+    the op and the reason)."""
+
+
+def _op_name(sop: Any) -> str:
+    return f"{type(sop).__name__} {sop.label!r}"
+
+
+@dataclass(eq=False)
+class Node:
+    """One s-op of the program as the compiler sees it (see the module docstring)."""
+
+    sop: SOp
+    label: str
+    kind: str                       # token | position | mlp | attn | width | tuple
+    deps: list["Node"] = field(default_factory=list)
+    parts: list["Node"] = field(default_factory=list)   # tuple nodes: flattened components
+    values: list | None = None      # sorted distinct values; None = unknown (numerical only)
+    encoding: str = ""              # onehot | ordinal | numerical | tuple
+    slot: int = -1                  # -1: embedding; 2l: attention of layer l; 2l+1: its MLP
+    needs_table: bool = False
+    table: dict | None = None       # embedded nodes: token id / position -> value
+    atoms: list["Atom"] = field(default_factory=list)   # attn / width nodes
+
+    @property
+    def numerical(self) -> bool:
+        return self.encoding == "numerical"
+
+    def __repr__(self) -> str:
+        return f"Node({self.label}, {self.kind}, {self.encoding})"
+
+
+@dataclass(eq=False)
+class Atom:
+    """One additive term of a selector's attention score.
+
+    ``eq``: key value == query value (quadratic form in the integer codes);
+    ``table``: any predicate, as a (query value x key value) table over one-hot encodings;
+    ``false``: selects nothing. ``true`` selectors contribute no atom.
+    """
+
+    kind: str
+    key: Node | None = None
+    query: Node | None = None
+    predicate: Callable[[Any, Any], bool] | None = None
+    text: str = ""
+
+
+def sort_values(values: Any) -> list:
+    """Distinct values in a stable order: natural order when comparable, else by (type, repr)."""
+    uniq: list = []
+    seen: set = set()
+    for v in values:
+        try:
+            if v in seen:
+                continue
+            seen.add(v)
+        except TypeError:
+            raise CompileError(f"unhashable value {v!r} cannot be one-hot encoded") from None
+        uniq.append(v)
+    try:
+        return sorted(uniq)
+    except TypeError:
+        return sorted(uniq, key=lambda v: (type(v).__name__, repr(v)))
+
+
+class Program:
+    """The analysed program: nodes in topological order and the global integer codes."""
+
+    def __init__(self, output: SOp, vocab: Sequence[Any], max_seq_len: int, causal: bool) -> None:
+        if not isinstance(output, SOp):
+            raise CompileError(f"a program is an s-op, got {output!r}")
+        self.output_sop, self.vocab, self.n, self.causal = output, list(vocab), max_seq_len, causal
+        self.nodes: list[Node] = []
+        self.by_uid: dict[int, Node] = {}
+        labels: set[str] = set()
+        for expr in walk(output):
+            if isinstance(expr, SOp):
+                label = expr.label if expr.label not in labels else f"{expr.label}#{expr.uid}"
+                labels.add(label)
+                node = self._classify(expr, label)
+                self.nodes.append(node)
+                self.by_uid[expr.uid] = node
+        for node in self.nodes:
+            self._infer_values(node)
+        for node in self.nodes:
+            if node.kind in ("attn", "width"):
+                self._plan_attention(node)
+        self._choose_encodings()
+        self.codes = self._assign_codes()
+        self._schedule()
+        self.output = self.by_uid[output.uid]
+        if self.output.kind == "tuple":
+            raise CompileError(f"the output {_op_name(output)} is tuple-valued; decode one part")
+
+    # ------------------------------------------------------------------ classification
+    def _classify(self, sop: SOp, label: str) -> Node:
+        get = lambda s: self.by_uid[s.uid]  # noqa: E731
+        if isinstance(sop, TokensType):
+            return Node(sop, label, "token")
+        if isinstance(sop, (IndicesType, ConstantSOp)):
+            return Node(sop, label, "position")
+        if isinstance(sop, LengthType):
+            return Node(sop, label, "position" if self.causal else "width")
+        if isinstance(sop, Full):
+            return Node(sop, label, "token")
+        if isinstance(sop, (Map, SequenceMap)):
+            deps = [get(sop.inner)] if isinstance(sop, Map) else [get(sop.fst), get(sop.snd)]
+            if sop.f in TUPLE_FUNCS:
+                parts = [p for d in deps for p in (d.parts if d.kind == "tuple" else [d])]
+                return Node(sop, label, "tuple", deps=deps, parts=parts)
+            sources = {k for d in deps for k in _sources(d)}
+            kind = "mlp"
+            if sources <= {"token", "const"}:
+                kind = "token"
+            elif sources <= {"position", "const"}:
+                kind = "position"
+            return Node(sop, label, kind, deps=deps)
+        if isinstance(sop, Aggregate):
+            return Node(sop, label, "attn", deps=[get(sop.sop)])
+        if isinstance(sop, SelectorWidth):
+            return Node(sop, label, "width")
+        raise CompileError(f"{_op_name(sop)}: no weights for this kind of s-op")
+
+    # ------------------------------------------------------------------ value sets
+    def _infer_values(self, node: Node) -> None:
+        sop = node.sop
+        if node.kind == "tuple":
+            return
+        if node.kind in ("token", "position"):
+            self._embed_table(node)
+            return
+        if isinstance(sop, (LengthType, SelectorWidth)):
+            node.values = list(range(1 if isinstance(sop, LengthType) else 0, self.n + 1))
+            return
+        if isinstance(sop, Aggregate):
+            value = node.deps[0]
+            if value.kind == "tuple":
+                raise CompileError(f"{_op_name(sop)}: aggregating a tuple-valued s-op is not "
+                                   "supported; aggregate each part")
+            if value.values is None:
+                node.values = None
+            elif sop.encoding == Encoding.NUMERICAL and sop.reduce == "mean":
+                node.values = _mean_values(value.values, sop.default, self.n)
+            else:
+                node.values = sort_values(list(value.values) + [sop.default])
+            return
+        node.values = self._map_values(node)
+
+    def _embed_table(self, node: Node) -> None:
+        """Values of an embedded node for every token (token kind) or position (position kind)."""
+        try:
+            if node.kind == "token":
+                col = evaluate(node.sop, self.vocab, causal=False).column(node.sop)
+                node.table = dict(enumerate(col))
+            else:
+                col = evaluate(node.sop, [self.vocab[0]] * self.n, causal=True).column(node.sop)
+                node.table = dict(enumerate(col))
+        except RASPError as exc:
+            raise CompileError(f"{_op_name(node.sop)}: cannot tabulate it over the "
+                               f"{'vocabulary' if node.kind == 'token' else 'positions'}: {exc}") from None
+        node.values = sort_values(node.table.values())
+
+    def _map_values(self, node: Node) -> list | None:
+        sop = node.sop
+        domains = [self._domain(d) for d in node.deps]
+        if isinstance(sop, LinearSequenceMap) and sop.encoding == Encoding.NUMERICAL:
+            return _linear_values(sop, domains)
+        if any(d is None for d in domains):
+            if sop.encoding == Encoding.NUMERICAL and isinstance(sop, LinearSequenceMap):
+                return None
+            raise CompileError(f"{_op_name(sop)}: the value set of its input is unknown (a "
+                               "numerical mean of values outside {0, 1}), so no lookup table exists")
+        size = math.prod(len(d) for d in domains)
+        if size > LOOKUP_MAX:
+            if sop.encoding == Encoding.NUMERICAL and isinstance(sop, LinearSequenceMap):
+                return None
+            raise CompileError(f"{_op_name(sop)}: its lookup table would have {size} entries "
+                               f"(limit {LOOKUP_MAX}); factor the function through smaller s-ops")
+        out = []
+        for args in itertools.product(*domains):
+            try:
+                out.append(sop.f(*args))
+            except Exception as exc:  # noqa: BLE001 - reported with the op's name
+                raise CompileError(f"{_op_name(sop)}: its function fails on the input value(s) "
+                                   f"{args!r}: {type(exc).__name__}: {exc}") from None
+        return sort_values(out)
+
+    def _domain(self, node: Node) -> list | None:
+        """The values a Map/SequenceMap argument can take (tuples: the product of the parts)."""
+        if node.kind != "tuple":
+            return node.values
+        if any(p.values is None for p in node.parts):
+            return None
+        if math.prod(len(p.values) for p in node.parts) > LOOKUP_MAX:
+            raise CompileError(f"{_op_name(node.sop)}: the tuple has too many values to enumerate")
+        return [tuple(t) for t in itertools.product(*(p.values for p in node.parts))]
+
+    # ------------------------------------------------------------------ selectors
+    def _plan_attention(self, node: Node) -> None:
+        sop = node.sop
+        selector = sop.selector if isinstance(sop, (Aggregate, SelectorWidth)) else None
+        node.atoms = self._atoms(selector) if selector is not None else []
+        for atom in node.atoms:
+            for side in (atom.key, atom.query):
+                if side is not None and side not in node.deps:
+                    node.deps.append(side)
+            if atom.kind == "table":
+                atom.key.needs_table = atom.query.needs_table = True
+
+    def _atoms(self, sel: Selector) -> list[Atom]:
+        if isinstance(sel, SelectorAnd):
+            return self._atoms(sel.fst) + self._atoms(sel.snd)
+        if isinstance(sel, ConstantSelector):
+            if sel.uniform is None:
+                raise CompileError(f"ConstantSelector {sel.label!r}: a fixed selection matrix needs "
+                                   "one score per (query, key) position pair; not compiled")
+            return [] if sel.uniform else [Atom("false", text=sel.label)]
+        if isinstance(sel, (SelectorOr, SelectorNot)):
+            return [self._table_atom(sel)]
+        assert isinstance(sel, Select)
+        key, query, pred = self.by_uid[sel.keys.uid], self.by_uid[sel.queries.uid], sel.predicate
+        if pred is Comparison.TRUE:
+            return []
+        if pred is Comparison.FALSE:
+            return [Atom("false", text=sel.label)]
+        constant = self._causal_index_constant(sel)
+        if constant is not None:
+            return [] if constant else [Atom("false", text=sel.label)]
+        if pred is Comparison.EQ:
+            if (key.kind == "tuple") != (query.kind == "tuple"):
+                raise CompileError(f"Select {sel.label!r}: compares a tuple with a non-tuple")
+            if key.kind == "tuple":
+                if len(key.parts) != len(query.parts):
+                    raise CompileError(f"Select {sel.label!r}: tuples of different lengths")
+                return [Atom("eq", k, q, text=f"{sel.label}[{i}]: {_text(k)} == {_text(q)}")
+                        for i, (k, q) in enumerate(zip(key.parts, query.parts))]
+            return [Atom("eq", key, query, text=f"{sel.label}: {_text(key)} == {_text(query)}")]
+        return [self._table_atom(sel)]
+
+    def _table_atom(self, sel: Selector) -> Atom:
+        """Or/Not/order/custom predicates over one key s-op and one query s-op, as a table."""
+        selects = [e for e in walk(sel) if isinstance(e, Select)]
+        pairs = {(s.keys.uid, s.queries.uid) for s in selects}
+        if len(pairs) != 1 or any(not isinstance(e, (Select, SelectorAnd, SelectorOr, SelectorNot))
+                                  for e in walk(sel) if isinstance(e, Selector)):
+            raise CompileError(f"{type(sel).__name__} {sel.label!r}: Or/Not of selects over different "
+                               "key/query s-ops is not compiled (an attention score is a sum over "
+                               "one key and one query subspace); combine the s-ops into one first")
+        key, query = self.by_uid[selects[0].keys.uid], self.by_uid[selects[0].queries.uid]
+        if "tuple" in (key.kind, query.kind):
+            raise CompileError(f"{type(sel).__name__} {sel.label!r}: only == compares tuple values")
+        pred = getattr(selects[0].predicate, "value", "custom") if len(selects) == 1 else type(sel).__name__
+        return Atom("table", key, query, predicate=_tree_predicate(sel),
+                    text=f"{sel.label}: {_text(key)} {pred} {_text(query)} (table)")
+
+    def _causal_index_constant(self, sel: Select) -> bool | None:
+        """Causal ``Select(indices + a, indices + b, cmp)`` is constant over visible keys j <= i."""
+        a, b = sel.keys.index_offset, sel.queries.index_offset
+        if not self.causal or a is None or b is None or not isinstance(sel.predicate, Comparison):
+            return None
+        # j + a vs i + b depends only on d = i - j >= 0 (translation invariance)
+        outcomes = {bool(sel.predicate(a, d + b)) for d in range(self.n)}
+        return outcomes.pop() if len(outcomes) == 1 else None
+
+    # ------------------------------------------------------------------ encodings and codes
+    def _choose_encodings(self) -> None:
+        for node in self.nodes:
+            if node.kind == "tuple":
+                node.encoding = "tuple"
+            elif node.sop.encoding == Encoding.NUMERICAL:
+                node.encoding = "numerical"
+            else:
+                size = len(node.values)
+                small = size <= ONEHOT_MAX or (node.needs_table and size <= TABLE_MAX)
+                node.encoding = "onehot" if small else "ordinal"
+                if node.needs_table and not small:
+                    raise CompileError(f"{_op_name(node.sop)} has {size} values; an order or custom "
+                                       f"comparison on it needs a one-hot table (limit {TABLE_MAX})")
+        for node in self.nodes:          # an aggregate keeps its value's layout kind
+            if node.kind == "attn" and node.encoding in ("onehot", "ordinal"):
+                value = node.deps[0]
+                if value.encoding in ("onehot", "ordinal"):
+                    node.encoding = value.encoding
+
+    def _assign_codes(self) -> dict:
+        """Integer codes shared by every s-op (so == compares codes): ints are themselves."""
+        others = set()
+        top = 0
+        for node in self.nodes:
+            if node.encoding in ("onehot", "ordinal"):
+                for v in node.values:
+                    if isinstance(v, (int, bool)):
+                        top = max(top, abs(int(v)))
+                    else:
+                        others.add(v)
+        codes = {v: top + 1 + i for i, v in enumerate(sort_values(others))}
+        return codes
+
+    def code(self, value: Any) -> int:
+        return int(value) if isinstance(value, (int, bool)) else self.codes[value]
+
+    # ------------------------------------------------------------------ layers
+    def _schedule(self) -> None:
+        for node in self.nodes:
+            if node.kind in ("token", "position"):
+                node.slot = -1
+                continue
+            ready = max([d.slot for d in node.deps] + [-1])
+            if node.kind == "tuple":
+                node.slot = ready
+                continue
+            slot = ready + 1                            # first sub-layer after the inputs ...
+            if (slot % 2 == 0) == (node.kind == "mlp"):  # ... of the right kind (MLP: odd)
+                slot += 1
+            node.slot = slot + 1 if node.kind == "width" else slot   # width: head, then MLP
+
+    @property
+    def n_layers(self) -> int:
+        return max([n.slot for n in self.nodes] + [0]) // 2 + 1
+
+
+def _text(node: Node) -> str:
+    """A node's name for descriptions (``indices+1`` for a statically shifted index)."""
+    offset = node.sop.index_offset
+    if offset and node.sop.name is None:
+        return f"indices{offset:+d}"
+    return node.label
+
+
+def _sources(node: Node) -> set[str]:
+    if node.kind == "tuple":
+        return {k for p in node.parts for k in _sources(p)}
+    if node.kind in ("token", "position"):
+        if isinstance(node.sop, Full):
+            return {"const"}
+        return {node.kind} if not node.deps else {k for d in node.deps for k in _sources(d)}
+    return {"computed"}
+
+
+def _tree_predicate(sel: Selector) -> Callable[[Any, Any], bool]:
+    if isinstance(sel, Select):
+        return lambda k, q: bool(sel.predicate(k, q))
+    if isinstance(sel, SelectorNot):
+        inner = _tree_predicate(sel.inner)
+        return lambda k, q: not inner(k, q)
+    a, b = _tree_predicate(sel.fst), _tree_predicate(sel.snd)
+    if isinstance(sel, SelectorAnd):
+        return lambda k, q: a(k, q) and b(k, q)
+    return lambda k, q: a(k, q) or b(k, q)
+
+
+def _linear_values(sop: LinearSequenceMap, domains: list) -> list | None:
+    """Values of ``a*x + b*y``: every pair when few, else (integers) the whole range between."""
+    if any(d is None for d in domains):
+        return None
+    if len(domains[0]) * len(domains[1]) <= LOOKUP_MAX:
+        return sort_values(sop.f(x, y) for x in domains[0] for y in domains[1])
+    ints = all(isinstance(v, int) for d in domains for v in d)
+    if not ints or not all(isinstance(f, int) for f in (sop.fst_fac, sop.snd_fac)):
+        return None
+    ends = [sop.f(x, y) for x in (min(domains[0]), max(domains[0])) for y in (min(domains[1]), max(domains[1]))]
+    return list(range(min(ends), max(ends) + 1))       # a superset: still an exact table
+
+
+def _mean_values(values: list, default: Any, n: int) -> list | None:
+    """tracr's rule: a numerical mean has a known value set only for inputs in {0, 1}."""
+    if not set(values) <= {0, 1} or n > 64:
+        return None
+    return sort_values({i / w for w in range(1, n + 1) for i in range(w + 1)} | {default})

@@ -1,0 +1,149 @@
+"""Attention heads of a compiled program: selectors as scores, aggregates as value copies.
+
+docs/turing-programs.md ("Attention") explains the construction; in short, with scale
+``beta`` a selector's score is a sum of *atoms*, each 0 when its comparison holds and at most
+``-beta`` when it fails (up to a per-query constant, which softmax ignores):
+
+* ``key == query``: ``-beta * (c_k - c_q)**2 = beta*(2 c_k c_q - c_k**2) - beta*c_q**2`` in the
+  integer codes (two head dimensions, any number of values: positions included);
+* any other predicate: a one-hot (query value x key value) table (tracr's categorical attention);
+* And of selectors: the sum of their atoms.
+
+The compiler's BOS key scores ``beta/2`` below a full match (tracr's trick), so it wins exactly
+when nothing is selected, and its value is the Aggregate's default. ``max``/``min`` add
+``+-gamma * rank(value of the key)``, a hard-attention tie-break (with ``beta`` raised above
+``gamma * rank range``): the largest (smallest) selected value wins by at least ``gamma``.
+A selector width attends to BOS *and* the selected keys equally and reads ``1/(w+1)`` from
+BOS's value (tracr's selector-width trick); an MLP decodes ``w``.
+
+**Leak bound.** In every head the intended keys out-score every other visible key by at least
+``MARGIN`` (mean, max, min) or ``2*MARGIN`` (selector width), so the attention mass off the
+intended keys is below ``n * exp(-MARGIN)`` for ``n`` visible keys; with ``MARGIN = 40`` and
+``n = 10**5`` that is 4.2e-13.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rasp.core import Aggregate
+from rasp.weights.graph import Atom, CompileError, Node
+from rasp.weights.layout import Feature, Layout, add
+
+MARGIN = 40.0     # score gap between intended and other keys (mean, max, min)
+BOS_QUERY = 4 * MARGIN   # non-causal: the BOS query attends to BOS only
+
+
+@dataclass
+class HeadSpec:
+    """One head: per head dimension a (query feature, key feature) pair; per value dimension a
+    (value feature at the key, output feature) pair."""
+
+    node: Node
+    text: str
+    qk: list[tuple[Feature, Feature]] = field(default_factory=list)
+    ov: list[tuple[Feature, Feature]] = field(default_factory=list)
+    margin: float = MARGIN
+
+
+def compile_head(node: Node, layout: Layout, causal: bool) -> HeadSpec:
+    """The head of an Aggregate, a selector width, or the non-causal ``length``."""
+    sop = node.sop
+    reduce = sop.reduce if isinstance(sop, Aggregate) else "width"
+    value = node.deps[0] if isinstance(sop, Aggregate) else None
+    gamma, rank_range, rank = MARGIN, 0.0, {}
+    if reduce in ("max", "min"):
+        rank, rank_range = _rank_feature(value, layout)
+    beta = 2 * MARGIN if reduce in ("mean", "width") else 2 * (gamma * rank_range + MARGIN)
+    head = HeadSpec(node, _describe(node), margin=2 * MARGIN if reduce == "width" else MARGIN)
+    level: Feature = {}
+    for atom in node.atoms:
+        level = add(level, _atom_dims(atom, head, layout, beta))
+    if reduce in ("max", "min"):
+        head.qk.append(({layout.one: gamma if reduce == "max" else -gamma}, rank))
+    bos_q = add(level, {} if reduce == "width" else {layout.one: -beta / 2})
+    if not causal:
+        bos_q = add(bos_q, {layout.bos: BOS_QUERY})
+    head.qk.append((bos_q, {layout.bos: 1.0}))
+    _value_dims(node, value, head, layout)
+    return head
+
+
+def _atom_dims(atom: Atom, head: HeadSpec, layout: Layout, beta: float) -> Feature:
+    """Add the atom's head dimensions; return its full-match score as a query feature."""
+    one = layout.constant()
+    if atom.kind == "false":
+        head.qk.append((one, {layout.one: -beta}))
+        return {}
+    key, query = atom.key, atom.query
+    if atom.kind == "eq":
+        for n in (key, query):
+            if n.encoding not in ("onehot", "ordinal"):
+                raise CompileError(f"Select {atom.text!r}: == on the {n.encoding} s-op {n.label!r} "
+                                   "is not compiled (make it categorical)")
+        head.qk.append(({d: 2 * beta * c for d, c in layout.code(query).items()}, layout.code(key)))
+        head.qk.append(({layout.one: -beta}, layout.square(key)))
+        return {d: beta * c for d, c in layout.square(query).items()}
+    # table atom: one head dimension per value on the smaller side
+    table = {(qv, kv): bool(atom.predicate(kv, qv)) for qv in query.values for kv in key.values}
+    if len(key.values) <= len(query.values):
+        for kv in key.values:
+            q = {layout.value_dims[id(query)][qv]: beta for qv in query.values if table[(qv, kv)]}
+            if q:
+                head.qk.append((q, layout.indicator(key, kv)))
+    else:
+        for qv in query.values:
+            k = {layout.value_dims[id(key)][kv]: beta for kv in key.values if table[(qv, kv)]}
+            if k:
+                head.qk.append((layout.indicator(query, qv), k))
+    return {layout.one: beta}
+
+
+def _rank_feature(value: Node, layout: Layout) -> tuple[Feature, float]:
+    """A key feature increasing with the value (for max/min), and its range."""
+    if value.encoding == "numerical":
+        if value.values is None:
+            raise CompileError(f"{value.label!r}: max/min of a numerical s-op with unknown values")
+        return layout.number(value), float(max(value.values) - min(value.values))
+    try:
+        ordered = sorted(value.values)
+    except TypeError:
+        raise CompileError(f"{value.label!r}: max/min needs mutually comparable values") from None
+    if value.encoding == "onehot":
+        return ({layout.value_dims[id(value)][v]: float(i) for i, v in enumerate(ordered)},
+                float(len(ordered) - 1))
+    codes = [layout.program.code(v) for v in ordered]
+    if any(b <= a for a, b in zip(codes, codes[1:])):
+        raise CompileError(f"{value.label!r}: its integer codes do not follow the value order")
+    return layout.code(value), float(codes[-1] - codes[0])
+
+
+def _value_dims(node: Node, value: Node | None, head: HeadSpec, layout: Layout) -> None:
+    bos = layout.bos
+    if value is None:                                   # selector width: read BOS's 1
+        head.ov.append(({bos: 1.0}, {layout.scratch(node): 1.0}))
+        return
+    default = node.sop.default
+    if node.encoding == "numerical":
+        head.ov.append((add(layout.number(value), {bos: float(default)}), layout.write(node, 1.0)))
+    elif node.encoding == "onehot":
+        for v in value.values:
+            feat = layout.indicator(value, v)
+            if v == default:
+                feat = add(feat, {bos: 1.0})
+            head.ov.append((feat, layout.write(node, v)))
+        if default not in value.values:
+            head.ov.append(({bos: 1.0}, layout.write(node, default)))
+    else:
+        c = float(layout.program.code(default))
+        dims = layout.dims[id(node)]
+        head.ov.append((add(layout.code(value), {bos: c}), {dims[0]: 1.0}))
+        head.ov.append((add(layout.square(value), {bos: c * c}), {dims[1]: 1.0}))
+
+
+def _describe(node: Node) -> str:
+    sop = node.sop
+    atoms = " & ".join(f"{a.text}" for a in node.atoms) or "True"
+    if isinstance(sop, Aggregate):
+        return (f"{node.label} = Aggregate({atoms}, {node.deps[0].label}, reduce={sop.reduce}, "
+                f"default={sop.default!r})")
+    return f"{node.label} = SelectorWidth({atoms}) [attention to BOS + selected]"

@@ -1,0 +1,187 @@
+"""MLPs of a compiled program: exact lookup tables and linear maps.
+
+tracr turns a Map into a one-hot lookup table and a numerical Map into a "discretising MLP"
+(Lindner et al. 2023, Sec. 3.3). Here one construction covers every categorical or numerical
+lookup (docs/turing-programs.md, "MLPs"): the inputs are folded into one scalar ``z`` (a
+mixed-radix number of the inputs' one-hot positions or integer codes), whose possible values
+``z_0 < z_1 < ...`` are known; the table ``z_i -> out(z_i)`` is written as the piecewise-linear
+interpolation through its points,
+
+    out(z) = out(z_0) + sum_i c_i * ReLU(z - z_i),   c_i = change of slope at z_i,
+
+which is exact at every ``z_i`` (with integer codes and unit gaps every term is an integer, so
+float64 computes it without rounding). One hidden unit per change of slope: a step of the
+output costs two, a stretch where the output is constant or linear in ``z`` costs none.
+Linear numerical maps are exact: ``x = ReLU(x) - ReLU(-x)``.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+from rasp.core import Map
+from rasp.tracr_ops import LinearSequenceMap
+from rasp.weights.graph import CompileError, Node, _op_name
+from rasp.weights.layout import Feature, Layout, add
+
+
+@dataclass
+class MLPBlock:
+    """Hidden units ``ReLU(w_in . x + bias)`` each writing ``w_out``; plus a constant output."""
+
+    node: Node
+    text: str
+    units: list[tuple[Feature, float, Feature]] = field(default_factory=list)
+    out_bias: Feature = field(default_factory=dict)
+
+
+def _inputs(node: Node) -> list[Node]:
+    return [p for d in node.deps for p in (d.parts if d.kind == "tuple" else [d])]
+
+
+def _rebuild_args(node: Node, flat: tuple) -> tuple:
+    """Regroup a flat tuple of part values into the function's arguments."""
+    args, i = [], 0
+    for d in node.deps:
+        if d.kind == "tuple":
+            args.append(tuple(flat[i:i + len(d.parts)]))
+            i += len(d.parts)
+        else:
+            args.append(flat[i])
+            i += 1
+    return tuple(args)
+
+
+def compile_mlp(node: Node, layout: Layout) -> MLPBlock:
+    """The MLP computing ``node`` (a Map, SequenceMap or selector-width decoder)."""
+    sop = node.sop
+    if node.kind == "width":
+        return _width_decoder(node, layout)
+    if node.numerical and _is_linear(node):
+        return _linear(node, layout)
+    ins = _inputs(node)
+    numeric_ins = [n for n in ins if n.numerical]
+    if numeric_ins and len(ins) > 1:
+        raise CompileError(f"{_op_name(sop)}: a non-linear function of a numerical s-op and "
+                           "another s-op has no exact lookup MLP (make the inputs categorical)")
+    if any(n.values is None for n in ins):
+        raise CompileError(f"{_op_name(sop)}: the value set of its numerical input is unknown")
+    # z = sum_c stride_c * pos_c, with pos_c the value's position (one-hot) or code offset
+    comps = [_component(n, layout) for n in ins]
+    outs: dict[tuple, Any] = {}
+    for flat in itertools.product(*(n.values for n in ins)):
+        try:
+            outs[flat] = sop.f(*_rebuild_args(node, flat))
+        except Exception as exc:  # noqa: BLE001
+            raise CompileError(f"{_op_name(sop)}: its function fails on {flat!r}: {exc}") from None
+    strides = _best_strides(comps, outs)
+    z: Feature = {}
+    z_bias = 0.0
+    for (pos, width, feat, bias), stride in zip(comps, strides):
+        z = add(z, {d: c * stride for d, c in feat.items()})
+        z_bias += stride * bias
+    table: dict[float, Feature] = {}
+    for flat, out in outs.items():
+        zval = sum(comp[0][v] * st for comp, st, v in zip(comps, strides, flat))
+        vec = layout.write(node, out)
+        if zval in table and table[zval] != vec:
+            raise CompileError(f"{_op_name(sop)}: two inputs share one numeric key; cannot tabulate")
+        table[zval] = vec
+    return _piecewise_linear(node, z, z_bias, table, f"MLP lookup table: {_describe_map(node)}")
+
+
+def _component(n: Node, layout: Layout) -> tuple[dict, int, Feature, float]:
+    """``(value -> position, width, feature, bias)``: ``feature . x + bias`` is the position."""
+    if n.encoding == "onehot":
+        pos = {v: float(i) for i, v in enumerate(n.values)}
+        return pos, len(pos), {layout.value_dims[id(n)][v]: p for v, p in pos.items()}, 0.0
+    if n.encoding == "ordinal":
+        lo = min(layout.program.code(v) for v in n.values)
+        pos = {v: float(layout.program.code(v) - lo) for v in n.values}
+        return pos, int(max(pos.values())) + 1, layout.code(n), -float(lo)
+    return {v: float(v) for v in n.values}, 1, layout.number(n), 0.0
+
+
+def _best_strides(comps: list, outs: dict[tuple, Any]) -> list[int]:
+    """Mixed-radix strides for the inputs, choosing which input is most significant so that the
+    interpolation has the fewest output changes (hence hidden units); tried up to 50k entries."""
+    orders = list(itertools.permutations(range(len(comps)))) if len(outs) <= 50_000 else [None]
+    best: tuple[int, list[int]] | None = None
+    for order in orders:
+        order = order or tuple(reversed(range(len(comps))))
+        strides, stride = [0] * len(comps), 1
+        for c in order:                     # order[0] is the least significant input
+            strides[c] = stride
+            stride *= comps[c][1]
+        if len(orders) == 1:
+            return strides
+        ranked = sorted(outs, key=lambda flat: sum(comps[c][0][flat[c]] * strides[c] for c in range(len(comps))))
+        changes = sum(outs[a] != outs[b] for a, b in zip(ranked, ranked[1:]))
+        if best is None or changes < best[0]:
+            best = (changes, strides)
+    return best[1]
+
+
+def _piecewise_linear(node: Node, z: Feature, z_bias: float, table: dict[float, Feature], text: str) -> MLPBlock:
+    """The MLP of the module docstring for the table ``z_i -> out(z_i)``: the piecewise-linear
+    interpolation ``out(z_0) + sum_i c_i ReLU(z - z_i)``, one unit per change of slope ``c_i``
+    (a step costs two units; a run where the output is constant or linear in ``z`` costs none)."""
+    points = sorted(table)
+    block = MLPBlock(node, text, out_bias=dict(table[points[0]]))
+    previous: Feature = {}
+    for i, (a, b) in enumerate(zip(points, points[1:])):
+        dims = set(table[a]) | set(table[b])
+        slope = {d: (table[b].get(d, 0.0) - table[a].get(d, 0.0)) / (b - a) for d in dims}
+        change = {d: slope.get(d, 0.0) - previous.get(d, 0.0) for d in set(slope) | set(previous)}
+        change = {d: c for d, c in change.items() if c != 0.0}
+        if change:
+            block.units.append((z, z_bias - a, change))
+        previous = {d: c for d, c in slope.items() if c != 0.0}
+    return block
+
+
+def _is_linear(node: Node) -> bool:
+    sop = node.sop
+    if isinstance(sop, LinearSequenceMap):
+        return True
+    if isinstance(sop, Map) and node.deps[0].values is not None and node.deps[0].kind != "tuple":
+        xs = [v for v in node.deps[0].values if isinstance(v, (int, float))]
+        if len(xs) != len(node.deps[0].values) or len(xs) < 2:
+            return False
+        a = (sop.f(xs[1]) - sop.f(xs[0])) / (xs[1] - xs[0])
+        b = sop.f(xs[0]) - a * xs[0]
+        return all(abs(sop.f(x) - (a * x + b)) <= 1e-12 * max(1.0, abs(x)) for x in xs)
+    return False
+
+
+def _linear(node: Node, layout: Layout) -> MLPBlock:
+    """``a*x + b*y + c`` with two ReLUs per input (exact)."""
+    sop = node.sop
+    out = layout.write(node, 1.0)
+    if isinstance(sop, LinearSequenceMap):
+        terms, const = [(node.deps[0], sop.fst_fac), (node.deps[1], sop.snd_fac)], 0.0
+        text = f"linear: {sop.fst_fac}*{node.deps[0].label} + {sop.snd_fac}*{node.deps[1].label}"
+    else:
+        xs = node.deps[0].values
+        a = (sop.f(xs[1]) - sop.f(xs[0])) / (xs[1] - xs[0])
+        terms, const = [(node.deps[0], a)], sop.f(xs[0]) - a * xs[0]
+        text = f"linear: {a}*{node.deps[0].label} + {const}"
+    block = MLPBlock(node, f"MLP {text}", out_bias={d: const * c for d, c in out.items()})
+    for inp, fac in terms:
+        x = layout.number(inp)
+        block.units.append((x, 0.0, {d: fac * c for d, c in out.items()}))
+        block.units.append(({d: -c for d, c in x.items()}, 0.0, {d: -fac * c for d, c in out.items()}))
+    return block
+
+
+def _width_decoder(node: Node, layout: Layout) -> MLPBlock:
+    """Selector width: the head left ``1/(w+1)`` in the scratch dimension; decode ``w``."""
+    table = {1.0 / (v + 1): layout.write(node, v) for v in node.values}
+    return _piecewise_linear(node, {layout.scratch(node): 1.0}, 0.0, table,
+                      f"MLP decode w from 1/(w+1): {node.label}")
+
+
+def _describe_map(node: Node) -> str:
+    args = ", ".join(d.label for d in node.deps)
+    return f"{node.label} = {type(node.sop).__name__}({args})"

@@ -1,0 +1,90 @@
+"""The Turing-Program simulator as weights: compiled program P against the reference simulator
+(rasp.machines.simulate, plain Python sharing no code with the compiler), teacher-forced and
+greedy (lengthgen.decode.greedy_generate with a KV cache), and the CLI's transformer backend."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rasp.errors import AmbiguousLookupError
+from rasp.library import TASKS, sample_machine
+from rasp.machines import Vocab, build_trace, min_ngram, simulate, split_configs
+from rasp.turing import main
+from rasp.weights.turing import transformer_program
+
+INPUTS = {"addition": "905+97", "multiplication": "4096*7", "increment": "10111", "parity": "1011_"}
+
+
+def _reference(tm, tape):
+    vocab = Vocab.for_machine(tm)
+    ref = build_trace(simulate(tm, tape, 2000), vocab)
+    return vocab, ref, min_ngram(split_configs(ref, vocab))
+
+
+def _check_both_modes(tm, tape):
+    vocab, ref, n = _reference(tm, tape)
+    compiled = transformer_program(tm, n).to_transformer(len(ref))
+    L = len(tape)
+    assert compiled.teacher_forced(ref) == ref[L + 2:]
+    assert compiled.greedy(ref[:L + 2], len(ref)) == ref
+
+
+@pytest.mark.parametrize("name", sorted(INPUTS))
+def test_library_machines(name):
+    if name == "parity":
+        from rasp.machines import TuringMachine
+        from rasp.library import SPEC_DIR
+
+        tm = TuringMachine.from_json(SPEC_DIR / "parity.json")
+        tape = tm.parse_tape(INPUTS[name])
+    else:
+        tm, tape = TASKS[name].build(INPUTS[name])
+    _check_both_modes(tm, tape)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_premise_satisfying_random_machines(seed):
+    import random
+
+    rng = random.Random(seed)
+    tape = [str(rng.randrange(5)) for _ in range(6)]
+    sample = sample_machine(n_states=3, n_symbols=5, tape=tape, seed=seed, min_steps=6,
+                            max_steps=60, max_tries=2000)
+    _check_both_modes(sample.machine, tape)
+
+
+def test_monitor_reports_an_ambiguous_lookup_from_the_residual_stream():
+    tm, tape = TASKS["addition"].build("1111+1111")
+    vocab, ref, n = _reference(tm, tape)
+    assert n > 1
+    compiled = transformer_program(tm, 1).to_transformer(len(ref))
+    with pytest.raises(AmbiguousLookupError, match="ambiguous|missed"):
+        compiled.teacher_forced(ref)
+
+
+def test_cli_transformer_backend_json(capsys):
+    assert main(["--machine", "addition", "--input", "58+67", "--backend", "transformer", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["match"] and report["answer"] == "125" and report["backend"] == "transformer"
+    for key in ("layers", "heads", "d_model", "n_params", "n_tokens", "seconds"):
+        assert report[key] > 0
+    assert report["n_tokens"] == report["trace_tokens"]
+
+
+def test_cli_transformer_backend_fails_with_too_small_ngram(capsys):
+    status = main(["--machine", "addition", "--input", "1111+1111", "--backend", "transformer",
+                   "--ngram", "1", "--mode", "teacher"])
+    assert status == 1
+    assert "monitor:" in capsys.readouterr().err
+
+
+def test_to_transformer_from_the_interpreters_program():
+    import rasp
+    from rasp.compiler import compile_turing_machine
+
+    tm, tape = TASKS["increment"].build("1011")
+    vocab, ref, n = _reference(tm, tape)
+    compiled = compile_turing_machine(tm, n).to_transformer(len(ref))
+    assert compiled.greedy(ref[:len(tape) + 2], len(ref)) == ref
+    assert rasp.compile_to_transformer is rasp.weights.compile_to_transformer
