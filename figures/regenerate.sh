@@ -3,7 +3,7 @@
 # No training: the small models in checkpoints/ are evaluated and probed afresh (CPU, a few minutes).
 #  1. Theorem 5.1's model is exported as an ordinary checkpoint (python -m constructions.addition export);
 #  2. lengthgen.plot draws the attention and length-generalization figures from checkpoints only;
-#  3. figures/precision.png is redrawn by the certificate's own command from figures/precision.json.
+#  3. figures/precision.png is redrawn by the certificate's own command from figures/precision.json;
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="src:.${PYTHONPATH:+:$PYTHONPATH}"
@@ -14,3 +14,11 @@ trap 'rm -rf "$work"' EXIT
 "$PY" -m constructions.addition export "$work/construction" --digits 15
 "$PY" -m lengthgen.plot all --construction "$work/construction" --force "$@"
 "$PY" -m constructions.addition.certify precision --figure figures/precision.png
+#  4. the heads of the compiled Turing-Program simulator (RASP -> weights) on a short addition trace;
+"$PY" -m rasp.weights.plot --input 905+97 --out figures/turing_attention.png
+#  5. the TransformerLens patching example (only where the interp extra is installed).
+if "$PY" -c "import transformer_lens" 2>/dev/null; then
+    "$PY" examples/patching.py
+else
+    echo "skipping figures/patching.png: TransformerLens is not installed (pip install -e '.[interp]')" >&2
+fi
