@@ -60,7 +60,7 @@ def smallest_sharpness(model: Transformer, n: int, M_start: float, dtype: str | 
     def run(M: float) -> Certificate:
         nonlocal steps
         steps += 1
-        return certify(with_sharpness(model, M), n, dtype, cache=cache, interval=False)
+        return certify(with_sharpness(model, M), n, dtype, cache=cache)
 
     hi, c_hi = float(M_start), run(float(M_start))
     while not c_hi.passed:
