@@ -48,8 +48,9 @@ def _dot(x: np.ndarray, W: np.ndarray, dtype: str, b: np.ndarray | None = None) 
     return round_to(out, dtype)
 
 
-def emulated_logits(model, tokens: np.ndarray, pos_ids: np.ndarray, first_query: int) -> np.ndarray:
-    """Logits ``[batch, T − first_query, vocab]`` of a 1-layer model under the emulated rounding."""
+def emulated_forward(model, tokens: np.ndarray, pos_ids: np.ndarray, first_query: int) -> dict[str, np.ndarray]:
+    """``resid_mid`` ``[batch, T − first_query, d]`` and ``logits`` ``[batch, T − first_query, vocab]`` of a
+    1-layer model under the emulated rounding (queries from ``first_query`` on)."""
     dtype = model.cfg.dtype
     f = lambda t: t.detach().to(torch.float64).numpy()
     attn, mlp = model.blocks[0].attn, model.blocks[0].mlp
@@ -73,7 +74,7 @@ def emulated_logits(model, tokens: np.ndarray, pos_ids: np.ndarray, first_query:
     resid = round_to(xq + round_to(sum(z), dtype) + f(attn.b_O), dtype)
     pre = _dot(resid, f(mlp.W_in), dtype, f(mlp.b_in))
     out = round_to(resid + _dot(np.maximum(pre, 0.0), f(mlp.W_out), dtype) + f(mlp.b_out), dtype)
-    return _dot(out, f(model.unembed.W_U), dtype, f(model.unembed.b_U))
+    return {"resid_mid": resid, "logits": _dot(out, f(model.unembed.W_U), dtype, f(model.unembed.b_U))}
 
 
 def emulated_exact(n: int, d_model: int, dtype: str, pairs: list[tuple[str, str]]) -> list[bool]:
@@ -83,5 +84,5 @@ def emulated_exact(n: int, d_model: int, dtype: str, pairs: list[tuple[str, str]
     insts = [ADDITION.instance(a, b, start=START_ID) for a, b in pairs]
     toks, pos = np.stack([i.tokens for i in insts]), np.stack([i.pos_ids for i in insts])
     p = insts[0].prompt_len
-    logits = emulated_logits(model, toks[:, :-1], pos[:, :-1], p - 1)
+    logits = emulated_forward(model, toks[:, :-1], pos[:, :-1], p - 1)["logits"]
     return [bool(row) for row in (decided_argmax(torch.from_numpy(logits)).numpy() == toks[:, p:]).all(1)]
