@@ -49,6 +49,17 @@ class KeyAlphabet:
     order: np.ndarray  # ids[order] are the IDs in sorted_codes order
 
 
+def _unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct rows of a 2-D float array and each row's index (1-D sorts for 0 or 1 columns)."""
+    if a.shape[1] == 0:
+        return np.zeros((1, 0)), np.zeros(len(a), dtype=np.int64)
+    if a.shape[1] == 1:
+        uniq, inv = np.unique(a[:, 0], return_inverse=True)
+        return uniq[:, None], inv.reshape(-1)
+    uniq, inv = np.unique(a, axis=0, return_inverse=True)
+    return uniq, inv.reshape(-1)
+
+
 def position_key_alphabet(W: Weights, h: int, code_ids: np.ndarray) -> KeyAlphabet:
     """IDs with the same pattern of W_pos on the rows column e of W_K reads share one entry of
     K_e (same inputs, same exact value); raises StructureError if two IDs share every entry."""
@@ -57,7 +68,7 @@ def position_key_alphabet(W: Weights, h: int, code_ids: np.ndarray) -> KeyAlphab
     key_code = np.zeros(len(code_ids), dtype=np.int64)
     for e in range(W.W_K.shape[2]):
         support = np.nonzero(W.W_K[h][:, e])[0]
-        patterns, entry = np.unique(rows[:, support], axis=0, return_inverse=True)
+        patterns, entry = _unique_rows(rows[:, support])
         if len(patterns) > MAX_CODE_VALUES:
             raise StructureError(f"head {h + 1}: a key coordinate takes more than {MAX_CODE_VALUES} values over the IDs")
         values.append(I.matmul(patterns, W.W_K[h][support, e][:, None])[:, 0])
@@ -115,9 +126,8 @@ def position_scores(alpha: Iv, keys: KeyAlphabet) -> PositionScores:
     min_gap, tie = np.full(Q, np.inf), np.zeros(Q, dtype=bool)
     above_sum, top_code = np.zeros(Q), np.zeros(Q, dtype=np.int64)
     for e, values in enumerate(keys.values):
-        uniq, inv = np.unique(alpha[:, e].key(), axis=0, return_inverse=True)
-        inv = inv.reshape(-1)
-        vstar, log1p_g, top, gap, tie_e, above = _coordinate(Iv(uniq[:, 0], uniq[:, 1]), values)
+        uniq, inv = alpha[:, e].unique()
+        vstar, log1p_g, top, gap, tie_e, above = _coordinate(uniq, values)
         best = best + top[inv]
         log_prod = log_prod + log1p_g[inv]
         min_gap = np.minimum(min_gap, gap[inv])
@@ -195,9 +205,10 @@ class HeadBounds:
     range_out: np.ndarray  # [d] range of the head's output per residual coordinate
 
 
-def head_bounds(W: Weights, L: Layout, h: int, pos_table: np.ndarray, m_max: int) -> HeadBounds:
+def head_bounds(W: Weights, L: Layout, h: int, pos_table: np.ndarray, m_max: int, cache: dict | None = None) -> HeadBounds:
     """Steps 1–6 for every answer position; the query token is ``=`` at the first answer position
-    and any digit after it (one pass per distinct query row of W_E W_Q)."""
+    and any digit after it (one pass per distinct query row of W_E W_Q). ``cache`` keeps the value
+    ranges, which do not depend on W_Q, W_K (the smallest-M search)."""
     q_pos = L.queries
     used = np.unique(L.ids)
     keys = position_key_alphabet(W, h, used[used > 0])
@@ -220,4 +231,8 @@ def head_bounds(W: Weights, L: Layout, h: int, pos_table: np.ndarray, m_max: int
         log_leak[rows] = np.maximum(log_leak[rows], ll)
         eta[rows] = np.maximum(eta[rows], et)
         gap[rows] = np.minimum(gap[rows], gp)
-    return HeadBounds(members, (members >= 0).sum(1) + 1, eta, log_leak, gap, value_range(W, used, h))
+    cache = {} if cache is None else cache
+    key = ("value_range", h, W.digest("W_E", "W_pos", "W_V", "b_V", "W_O"), used.tobytes())
+    if key not in cache:
+        cache[key] = value_range(W, used, h)
+    return HeadBounds(members, (members >= 0).sum(1) + 1, eta, log_leak, gap, cache[key])

@@ -43,16 +43,14 @@ def down(x: np.ndarray | float) -> np.ndarray:
     or to 0 is exact: Hauser, ACM TOPLAS 18(2), 1996, Theorem 3.4.1); ±inf stays."""
     x = np.asarray(x, dtype=np.float64)
     with np.errstate(invalid="ignore"):
-        r = x - np.abs(x) * STEP
-    return np.where(np.isnan(r), x, r)
+        return np.fmin(x - np.abs(x) * STEP, x)  # −inf − inf = nan: fmin keeps x
 
 
 def up(x: np.ndarray | float) -> np.ndarray:
     """A float ≥ the next float above ``x`` (see :func:`down`)."""
     x = np.asarray(x, dtype=np.float64)
     with np.errstate(invalid="ignore"):
-        r = x + np.abs(x) * STEP
-    return np.where(np.isnan(r), x, r)
+        return np.fmax(x + np.abs(x) * STEP, x)
 
 
 def _nonzero_count(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -174,6 +172,11 @@ class Iv:
     def key(self) -> np.ndarray:
         """Both end points side by side, for grouping equal enclosures."""
         return np.concatenate([self.lo[..., None], self.hi[..., None]], axis=-1)
+
+    def unique(self) -> tuple["Iv", np.ndarray]:
+        """The distinct enclosures of a 1-D Iv and, per element, the index of its own."""
+        uniq, inv = np.unique(self.lo + 1j * self.hi, return_inverse=True)  # a fast 1-D sort
+        return Iv(uniq.real.copy(), uniq.imag.copy()), inv.reshape(-1)
 
 
 def as_iv(x) -> Iv:

@@ -129,7 +129,7 @@ def certify(model: Transformer, n: int, dtype: str | None = None, start: int = S
     table, m_max = L.positions_by_id()
     H = W.W_Q.shape[0]
     try:
-        heads = [head_bounds(W, L, h, table, m_max) for h in range(H)]
+        heads = [head_bounds(W, L, h, table, m_max, cache) for h in range(H)]
     except StructureError as err:
         return _fail(n, W, dtype, "structure", str(err))
     ft = zero_terms(W.W_E.shape[1], W.W_in.shape[1]) if dtype == "real" else attention_float_terms(
@@ -143,8 +143,12 @@ def certify(model: Transformer, n: int, dtype: str | None = None, start: int = S
     for hb in heads:
         mem = hb.members
         fields += [L.role[np.maximum(mem, 0)] * (mem >= 0), np.where(mem >= 0, L.sig[np.maximum(mem, 0)] - k[:, None], 0)]
-    resid_pos = _position_effect(W, L, heads)
-    pos_in, pos_logit = I.matmul(resid_pos, W.W_in), I.matmul(resid_pos, W.W_U)
+    effect_key = ("effect", n, start, W.digest("W_pos", "W_V", "W_O", "W_in", "W_U"),
+                  hashlib.sha1(b"".join(hb.members.tobytes() for hb in heads)).hexdigest())
+    if effect_key not in cache:  # independent of W_Q, W_K once S is known
+        resid_pos = _position_effect(W, L, heads)
+        cache[effect_key] = (I.matmul(resid_pos, W.W_in), I.matmul(resid_pos, W.W_U))
+    pos_in, pos_logit = cache[effect_key]
     effect = np.concatenate([pos_in.key().reshape(Q, -1), pos_logit.key().reshape(Q, -1)], axis=1)
     sig = np.concatenate([np.column_stack([f.astype(np.int64) for f in fields if f.ndim == 1])]
                          + [f.astype(np.int64) for f in fields if f.ndim == 2], axis=1)
