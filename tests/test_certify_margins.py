@@ -73,7 +73,7 @@ def test_fails_when_a_position_code_is_perturbed() -> None:
 
 
 def _hardmax_ffn_inputs(a: str, b: str) -> np.ndarray:
-    """PRE_SUM, PRE_CARRY, PRE_EOS of the hard-max limit at '=', c_0 … c_n (design note §3.4–3.6),
+    """PRE_SUM, PRE_CARRY, PRE_EOS of the hard-max limit at '=', c_0 … c_n (docs/theorem-5-1.md, "Residual stream after attention"),
     from the digits of a, b and the Python integer a + b."""
     n = len(a)
     A, B = [int(ch) for ch in a[::-1]], [int(ch) for ch in b[::-1]]

@@ -1,4 +1,4 @@
-"""The smallest certified M (issue 3, items 2 and 5) is real: it works on adversarial inputs
+"""The smallest certified M is real: it works on adversarial inputs
 through the real model, and half of it fails there."""
 from __future__ import annotations
 

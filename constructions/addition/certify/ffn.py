@@ -1,6 +1,6 @@
 """The FFN half of the Theorem 5.1 certificate: decision margins read from W_in, W_out, W_U.
 
-Design note §3.7–3.8: the FFN turns ``t = PRE_SUM + (PRE_CARRY − 2·NUM)/10`` into a one-hot of the
+The FFN (docs/theorem-5-1.md, "Feed-forward network" and "Readout") turns ``t = PRE_SUM + (PRE_CARRY − 2·NUM)/10`` into a one-hot of the
 next digit with trapezoids, and PRE_EOS into IS_EOS with a ramp; the readout takes the argmax.
 The certificate does not use these constants. For one *class* of answer positions (same attended
 key pattern relative to the query) it enumerates every local configuration — the digits the

@@ -9,7 +9,7 @@ nearest, nothing else:
   exact one, so stepping one ulp outward (``np.nextafter``) encloses it;
 * products of matrices and sums of ``n`` terms, in *any* summation order (BLAS blocking, SIMD, FMA):
   ``|fl(Σ) − Σ| ≤ γ_n·Σ|terms| + n·2^-1074`` (Higham, *Accuracy and Stability of Numerical
-  Algorithms*, 2nd ed., §3.1; the last term covers underflow), so a radius of
+  Algorithms*, 2nd ed., section 3.1; the last term covers underflow), so a radius of
   ``2·γ_{n+2}·fl(Σ|terms|) + n·2^-1073`` encloses the exact sum. The result is therefore the same
   enclosure whichever kernel numpy's BLAS picks;
 * ``exp``, ``log``, ``log1p``, ``expm1`` are evaluated by ``mpmath.iv`` (its own outward-rounded
@@ -40,7 +40,7 @@ def down(x: np.ndarray | float) -> np.ndarray:
     """A float ≤ the next float below ``x``: encloses the exact value of a sum or difference that
     rounded to ``x``. ``x − |x|·2^-52`` is at least one spacing below ``x`` and rounds to a float at
     or below the next one. Zero and subnormal results stay (a float sum that rounds to a subnormal
-    or to 0 is exact: Hauser, ACM TOPLAS 18(2), 1996, Theorem 3.4.1); ±inf stays."""
+    or to 0 is exact: Hauser, ACM TOPLAS 18(2), 1996); ±inf stays."""
     x = np.asarray(x, dtype=np.float64)
     with np.errstate(invalid="ignore"):
         return np.fmin(x - np.abs(x) * STEP, x)  # −inf − inf = nan: fmin keeps x

@@ -1,4 +1,4 @@
-"""Where floating point breaks Theorem 5.1's construction (issue 3, item 4; design note §9).
+"""Where floating point breaks Theorem 5.1's construction (docs/certificate.md, "The precision map").
 
 For each format (bfloat16, float16, float32, float64) and width d, the model ``build_model(N, d,
 dtype)`` is run teacher-forced (equivalent to greedy decoding, :mod:`lengthgen.decode`) on four
@@ -14,7 +14,7 @@ and the others in float64 (same M): ``score rounding`` (embeddings, W_Q, W_K, sc
 ``value rounding`` (W_V, the weighted sum, W_O, the residual add) or ``FFN margin`` (W_in, ReLU,
 W_out, W_U). The stages that break it alone are reported; "combined" if none does alone. For
 score rounding it also says whether rounding W_Q, W_K alone (√M and √(MP) round apart, so the
-``$`` sink no longer ties with the digit keys, §9) suffices ("Q/K weights") or not ("arithmetic").
+``$`` sink no longer ties with the digit keys) suffices ("Q/K weights") or not ("arithmetic").
 
 Each entry also records the largest grid length the margins certificate proves in that format
 (``certified N``): the certificate is sound, so certified ≤ measured must hold.
@@ -127,7 +127,7 @@ def diagnose(n: int, d_model: int, dtype: str, failing: list[bool]) -> str:
     bad = [i for i, ok in enumerate(failing) if not ok]
     breaks = lambda stage: not all(staged_exact(n, d_model, dtype, stage)[i] for i in bad)
     culprits = [label for stage, label in STAGES if breaks(stage)]
-    if "score rounding" in culprits:  # is rounding W_Q, W_K (√M vs √(MP), §9) enough on its own?
+    if "score rounding" in culprits:  # is rounding W_Q, W_K (√M vs √(MP)) enough on its own?
         culprits[culprits.index("score rounding")] += " (Q/K weights)" if breaks("qk_weights") else " (arithmetic)"
     return " + ".join(culprits) if culprits else "combined"
 

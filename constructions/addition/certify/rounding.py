@@ -14,7 +14,7 @@ Rounding model (stated, not measured)
      ``(1 + δ)`` with ``|δ| ≤ u`` (IEEE round to nearest); a product by ``0`` or ``±2^k`` and a sum
      with a zero operand are exact. Sums/dot products of ``n`` terms in *any* order (BLAS
      blocking, FMA, pairwise trees) satisfy ``|fl(Σ) − Σ| ≤ γ_n Σ|terms|`` with
-     ``γ_n = n·u/(1 − n·u)`` (Higham, *Accuracy and Stability*, §3.1). Formats that accumulate in
+     ``γ_n = n·u/(1 − n·u)`` (Higham, *Accuracy and Stability*, section 3.1). Formats that accumulate in
      a wider type (bfloat16 matmul on CPU) are covered, since they are at least this accurate.
 (F2) for round to nearest, ``|fl(a + b) − (a + b)| ≤ min(|a|, |b|)``. A sum of attention terms in
      which ``k`` terms are ≈ 1 and the rest are tiny (total ``τ``) therefore has error at most

@@ -1,6 +1,6 @@
-"""Smallest attention sharpness M for which the Theorem 5.1 certificate holds (issue 3, item 2).
+"""Smallest attention sharpness M for which the Theorem 5.1 certificate holds (docs/certificate.md, "Searches").
 
-Only the query and key maps depend on M (design note §3.4–3.5: √M·POS and √(MP)·sink), so the
+Only the query and key maps depend on M (√M·POS and √(MP)·sink, docs/theorem-5-1.md), so the
 model for another M is the given one with W_Q and W_K rebuilt by
 :func:`constructions.addition.model.weight_entries` — the same numbers ``build_model(..., M=M')`` would
 hold (``tests/test_certify_search.py`` checks this). Bisection assumes the certificate is monotone
