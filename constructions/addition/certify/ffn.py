@@ -17,6 +17,7 @@ The tables are independent of the attention's sharpness M, so the smallest-M sea
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -114,6 +115,19 @@ def _configs(spec: ClassSpec) -> tuple[dict, np.ndarray, np.ndarray, str]:
     target = np.full(count, ADDITION.EOS) if k == n else c[:, k + 1 - lo]
     text = f"a[{lo}..{hi}], b[{lo}..{hi}]" + (", carry in" if n_carry == 2 else "")
     return tokens, query, target, text
+
+
+def local_inputs_digest(spec: ClassSpec) -> str:
+    """A digest of everything :func:`ffn_tables` reads from ``spec``: the query and target tokens
+    of every local configuration and, per head, |S| and the token array of each member in order.
+    Classes with equal digests (at any length) have equal tables for equal weights and effects."""
+    tokens, query, target, _ = _configs(spec)
+    h = hashlib.sha1(np.ascontiguousarray(query).tobytes() + np.ascontiguousarray(target).tobytes())
+    for mem in spec.members:
+        h.update(len(mem).to_bytes(4, "little"))
+        for role, sig, _ in mem:
+            h.update(np.ascontiguousarray(tokens[(role, sig)], dtype=np.int64).tobytes())
+    return h.hexdigest()
 
 
 def ffn_tables(W, spec: ClassSpec, pos_in: Iv, pos_logit: Iv, coords: np.ndarray) -> FFNTables:

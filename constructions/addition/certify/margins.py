@@ -36,7 +36,7 @@ from lengthgen.model import Transformer
 from ..model import START_ID, position_dims
 from . import interval as I
 from .attention import HeadBounds, head_bounds
-from .ffn import ROLE_BOS, ClassSpec, LocalityError, ffn_check, ffn_tables
+from .ffn import ROLE_BOS, ClassSpec, LocalityError, ffn_check, ffn_tables, local_inputs_digest
 from .interval import Iv
 from .layout import Layout, StructureError, Weights
 from .rounding import FloatTerms, attention_float_terms, zero_terms
@@ -118,7 +118,9 @@ def certify(model: Transformer, n: int, dtype: str | None = None, start: int = S
 
     ``dtype``: the arithmetic to certify — the model's own dtype by default, or "real" for exact
     real arithmetic (no float term). ``cache`` (a dict) keeps the M-independent FFN tables between
-    calls on models that differ only in W_Q/W_K (the smallest-M search)."""
+    calls on models that differ only in W_Q/W_K (the smallest-M search), and between lengths: a
+    table is keyed by everything it is computed from (the weights it reads, the token arrays of
+    its local configurations, the positional effect and the perturbed coordinates)."""
     W = Weights.from_model(model)
     dtype = dtype or W.dtype
     if start + n >= model.cfg.n_ctx:
@@ -176,7 +178,7 @@ def certify(model: Transformer, n: int, dtype: str | None = None, start: int = S
         members = tuple(((ROLE_BOS, -1, 0),) + tuple((int(L.role[p]), int(L.sig[p]), int(L.ids[p]))
                                                     for p in hb.members[i] if p >= 0) for hb in heads)
         spec = ClassSpec(n, int(k[i]), int(L.ids[L.queries[i]]), members)
-        key = (digest, n, sig[i].tobytes(), effect[i].tobytes(), coords.tobytes())
+        key = (digest, local_inputs_digest(spec), effect[i].tobytes(), coords.tobytes())
         try:
             if key not in cache:
                 cache[key] = ffn_tables(W, spec, pos_in[i], pos_logit[i], coords)

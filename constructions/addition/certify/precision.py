@@ -165,10 +165,10 @@ def largest_certified(grid: list[int], d_model: int, dtype: str) -> int:
     ``dtype``) fails: a *proof* of exactness for every input at those lengths."""
     from .margins import certify
 
-    best = 0
+    best, cache = 0, {}  # FFN tables recur across lengths (keyed by their inputs)
     for n in grid:
         model, _ = build_model(n_digits=n, d_model=d_model, dtype=dtype)
-        if not certify(model, n, dtype).passed:
+        if not certify(model, n, dtype, cache=cache).passed:
             break
         best = n
     return best
