@@ -13,7 +13,8 @@ import torch
 from constructions.addition import build_model
 from constructions.addition.certify.emulate import emulated_exact, round_to
 from constructions.addition.certify.margins import certify
-from constructions.addition.certify.precision import (FIGURES, adversarial_pairs, environment, environment_label,
+from constructions.addition.certify.precision import (FIGURES, _decided_rows, adversarial_pairs, environment,
+                                                      environment_label,
                                                       exact_on_adversarial, length_grid, measure, staged_exact,
                                                       table_lines)
 from constructions.addition.certify.precision_figure import draw
@@ -41,8 +42,14 @@ def test_bfloat16_at_d23_is_not_certified_and_its_rounding_breaks_9_plus_9() -> 
 
 def test_a_tie_breaking_argmax_is_not_exact() -> None:
     """bfloat16 at d = 23 on 9 + 9: the logits at '=' are (near-)ties; an argmax that breaks the tie
-    must not count as exact."""
+    must not count as exact — also when the tie happens to be broken towards the right token."""
     assert not exact_on_adversarial(1, 23, "bfloat16")[ALL_9S]
+    answer = np.array([[0, 2]])
+    tie = torch.tensor([[[1.0, 1.0, 0.0], [0.0, 0.0, 1.0]]])  # argmax would pick 0 (right) by tie-breaking
+    near = torch.tensor([[[1.0, 1.0 - 1e-7, 0.0], [0.0, 0.0, 1.0]]])
+    clear = torch.tensor([[[1.0, 0.5, 0.0], [0.0, 0.0, 1.0]]])
+    assert _decided_rows(tie, answer) == [False] and _decided_rows(near, answer) == [False]
+    assert _decided_rows(clear, answer) == [True]
 
 
 def test_staged_run_in_float64_is_exact() -> None:
