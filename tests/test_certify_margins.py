@@ -123,6 +123,16 @@ def test_float_terms_grow_with_the_unit_roundoff() -> None:
     assert not cert16.passed and cert16.reason in ("float", "spread")
 
 
+def test_score_rounding_widens_the_attention_bound() -> None:
+    """Each score may move by the float term's score error, so the certified total variation in
+    float32 must exceed the real-arithmetic one by at least the factor e^(2·score error) on the leak."""
+    model, _ = build_model(n_digits=30, d_model=27, dtype="float32")
+    real, f32 = certify(model, 30, "real"), certify(model, 30, "float32")
+    grow = np.expm1(2 * f32.float_terms.score_error)
+    for h_real, h_f32 in zip(real.heads, f32.heads):
+        assert h_f32["tv"] >= h_real["tv"] + grow * h_real["leak"] > h_real["tv"]
+
+
 def test_an_overflowing_float_term_fails_instead_of_passing() -> None:
     """bfloat16 at d = 201: γ_n·u·(M·P) is huge; the bounds must FAIL, never turn into nan/PASS."""
     model, _ = build_model(n_digits=2, d_model=201, dtype="bfloat16")
