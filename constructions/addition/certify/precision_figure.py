@@ -87,7 +87,7 @@ def draw(data: dict, path: Path) -> None:
                       title="format", title_fontsize=10)
     ax.add_artist(first)
     ax.legend(handles=kind, loc="lower left", bbox_to_anchor=(1.01, 0.0), fontsize=10, title="marks", title_fontsize=10)
-    fig.text(0.995, 0.005, environment_label(data.get("measured_on")), fontsize=8, color="dimgrey", ha="right", va="bottom")
+    fig.text(0.995, 0.995, environment_label(data.get("measured_on")), fontsize=8, color="dimgrey", ha="right", va="top")
     from lengthgen.plot import save_figure  # atomic, and reproducible PDFs (no creation date)
 
     path = Path(path)
