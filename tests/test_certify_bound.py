@@ -1,4 +1,4 @@
-"""Theorem 5.1's length bound n_max(d) (issue 3, item 1) against brute-force counting."""
+"""Theorem 5.1's length bound n_max(d) against brute-force counting."""
 from __future__ import annotations
 
 import itertools
@@ -48,7 +48,7 @@ def test_scientific_rounding() -> None:
     assert scientific(999) == "999"
     assert scientific(123_456) == "1.23 × 10^5"
     assert scientific(99_960) == "1.00 × 10^5"
-    assert scientific(2**503 - 2) == "2.62 × 10^151"  # the design note's d = 1024 row
+    assert scientific(2**503 - 2) == "2.62 × 10^151"  # the d = 1024 row of `bound --table`
 
 
 def test_table_covers_21_to_1024() -> None:

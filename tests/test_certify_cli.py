@@ -1,4 +1,6 @@
 """``python -m constructions.addition.certify``: help, output, and one-line errors with exit 2."""
+# The one-line error of `precision --json MISSING` also guards against a silent recomputation: the
+# command would otherwise measure for minutes before printing anything.
 from __future__ import annotations
 
 import os
@@ -18,15 +20,18 @@ ROOT = Path(__file__).resolve().parents[1]
     (["bound", "--d-model", "20"], "at least 21"),
     (["margins", "--digits", "0"], "positive"),
     (["margins", "--digits", "-3"], "positive"),
-    (["margins", "--digits", "7", "--d-model", "23"], "exceeds n_max(23)"),
+    (["margins", "--digits", "7", "--d-model", "23"], "beyond n_max(23)"),
     (["margins", "--digits", "5", "--d-model", "19"], "at least 21"),
     (["margins", "--digits", "5", "--M", "0"], "--M must be positive"),
-    (["exact", "--d-model", "23", "--sample-digits", "9"], "exceeds n_max(23)"),
+    (["exact", "--d-model", "23", "--sample-digits", "9"], "beyond n_max(23)"),
     (["precision", "--d-models", "20"], "at least 21"),
     (["margins"], "required"),
     (["margins", "--digits", "1000000000"], "beyond what this tool certifies"),
     (["bound", "--table", "--max-d", "19"], "at least 21"),
     (["exact", "--exhaustive", "5"], "--exhaustive must be 0 … 3"),
+    (["exact", "--exhaustive", "3", "--d-model", "21"], "--exhaustive 3 needs 3-digit operands, beyond n_max(21)"),
+    (["exact", "--d-model", "21", "--exhaustive", "1", "--sample-digits", "5"], "--sample-digits 5 needs"),
+    (["precision", "--json", "/nonexistent/MISSING.json"], "no such cache file; add --recompute"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, needle, capsys) -> None:
     try:
@@ -51,7 +56,7 @@ def test_margins_prints_bounds_margins_and_smallest_M(capsys) -> None:
     assert main(["margins", "--digits", "30", "--d-model", "27"]) == 0
     out = capsys.readouterr().out
     for needle in ("head 1:", "head 2:", "PRE_SUM", "PRE_CARRY", "PRE_EOS", "float32 term", "unit roundoff u = 2^-24",
-                   "slack ×", "smallest M certified", "PASS (float32)"):
+                   "slack ×", "smallest M certified", "PASS (float32)", "interval enclosure"):
         assert needle in out, needle
 
 

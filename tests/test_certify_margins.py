@@ -1,5 +1,5 @@
-"""The all-inputs certificate (issue 3, items 2 and 4): passes for the built model, fails for the
-right reason, and its bounds really bound the model's activations."""
+"""The all-inputs certificate (docs/certificate.md): passes for the built model, fails for the
+right reason, and its bounds really bound the activations of a conforming evaluation."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,6 +7,8 @@ import pytest
 import torch
 
 from constructions.addition import START_ID, build_model
+from constructions.addition.certify.emulate import emulated_forward
+from constructions.addition.certify.ffn import ROLE_A, ROLE_B, ROLE_C
 from constructions.addition.certify.margins import Layout, certify
 from lengthgen.tasks import ADDITION
 
@@ -21,7 +23,6 @@ def test_passes_for_the_built_model(n: int, d: int | None, dtype: str) -> None:
     assert cert.passed, cert.message
     assert cert.slack > 1 and cert.reason == ""
     assert sum(count for _, count, _, _ in cert.classes) == n + 2  # every answer position is covered
-    assert all(head["interval"]["checked"] > 0 for head in cert.heads)  # mpmath re-derivation ran
 
 
 def test_layout_matches_the_task_format() -> None:
@@ -30,7 +31,7 @@ def test_layout_matches_the_task_format() -> None:
     L = Layout.build(n)
     assert np.array_equal(L.ids, inst.pos_ids[:-1])
     digits = inst.tokens[:-1] <= 9
-    assert np.array_equal(np.isin(L.role, (1, 2, 3)), digits)  # roles a, b, c sit on digit tokens
+    assert np.array_equal(np.isin(L.role, (ROLE_A, ROLE_B, ROLE_C)), digits)  # roles a, b, c sit on digit tokens
     assert list(L.queries) == list(range(inst.prompt_len - 1, len(inst.tokens) - 1))
 
 
@@ -72,7 +73,7 @@ def test_fails_when_a_position_code_is_perturbed() -> None:
 
 
 def _hardmax_ffn_inputs(a: str, b: str) -> np.ndarray:
-    """PRE_SUM, PRE_CARRY, PRE_EOS of the hard-max limit at '=', c_0 … c_n (design note §3.4–3.6),
+    """PRE_SUM, PRE_CARRY, PRE_EOS of the hard-max limit at '=', c_0 … c_n (docs/theorem-5-1.md, "Residual stream after attention"),
     from the digits of a, b and the Python integer a + b."""
     n = len(a)
     A, B = [int(ch) for ch in a[::-1]], [int(ch) for ch in b[::-1]]
@@ -89,10 +90,12 @@ def _hardmax_ffn_inputs(a: str, b: str) -> np.ndarray:
     return np.array(rows)
 
 
-@pytest.mark.parametrize("M, dtype", [(2.5, "float32"), (None, "float32"), (3.0, "float64")])
-def test_bounds_dominate_measured_activations(M: float | None, dtype: str) -> None:
-    """|resid_mid − hard-max value| measured on adversarial and random inputs stays below the
-    certified bound — and the bound is not vacuous (within 10x of the measurement)."""
+@pytest.mark.parametrize("M, dtype, tight", [(2.5, "float32", True), (None, "float32", True), (3.0, "float64", True),
+                                             (2.5, "bfloat16", False)])
+def test_bounds_dominate_emulated_activations(M: float | None, dtype: str, tight: bool) -> None:
+    """|resid_mid − hard-max value| of the kernel-free rounding emulation, on adversarial and random
+    inputs, stays below the certified bound — and, for float32/float64, the bound is not vacuous
+    (within 10x of it; in bfloat16 the total variation is clamped at 1 and the bound is loose)."""
     n = 30
     model, _ = build_model(n_digits=n, d_model=27, dtype=dtype, M=M)
     cert = certify(model, n, dtype)
@@ -101,16 +104,13 @@ def test_bounds_dominate_measured_activations(M: float | None, dtype: str) -> No
     rng = np.random.default_rng(0)
     pairs = [("9" * n, "9" * n), ("9" * n, "0" * (n - 1) + "1"), ("90" * 15, "90" * 15)]
     pairs += [("".join(map(str, rng.integers(0, 10, n))), "".join(map(str, rng.integers(0, 10, n)))) for _ in range(8)]
-    worst = np.zeros(3)
-    for a, b in pairs:
-        inst = ADDITION.instance(a, b, start=START_ID)
-        with torch.inference_mode():
-            _, acts = model(torch.tensor(inst.tokens[:-1])[None], torch.tensor(inst.pos_ids[:-1])[None],
-                            return_cache=True)
-        got = acts["blocks.0.hook_resid_mid"][0, inst.prompt_len - 1:, idx].double().numpy()
-        worst = np.maximum(worst, np.abs(got - _hardmax_ffn_inputs(a, b)).max(0))
+    insts = [ADDITION.instance(a, b, start=START_ID) for a, b in pairs]
+    p = insts[0].prompt_len
+    resid = emulated_forward(model, np.stack([i.tokens[:-1] for i in insts]), np.stack([i.pos_ids[:-1] for i in insts]),
+                             p - 1)["resid_mid"][..., idx]
+    worst = np.max([np.abs(r - _hardmax_ffn_inputs(a, b)).max(0) for r, (a, b) in zip(resid, pairs)], axis=0)
     assert np.all(worst <= bound), (worst, bound)
-    assert np.all(bound <= 10 * np.maximum(worst, 1e-6)), (worst, bound)
+    assert not tight or np.all(bound <= 10 * np.maximum(worst, 1e-6)), (worst, bound)
 
 
 def test_float_terms_grow_with_the_unit_roundoff() -> None:
@@ -123,8 +123,18 @@ def test_float_terms_grow_with_the_unit_roundoff() -> None:
     assert not cert16.passed and cert16.reason in ("float", "spread")
 
 
+def test_score_rounding_widens_the_attention_bound() -> None:
+    """Each score may move by the float term's score error, so the certified total variation in
+    float32 must exceed the real-arithmetic one by at least the factor e^(2·score error) on the leak."""
+    model, _ = build_model(n_digits=30, d_model=27, dtype="float32")
+    real, f32 = certify(model, 30, "real"), certify(model, 30, "float32")
+    grow = np.expm1(2 * f32.float_terms.score_error)
+    for h_real, h_f32 in zip(real.heads, f32.heads):
+        assert h_f32["tv"] >= h_real["tv"] + grow * h_real["leak"] > h_real["tv"]
+
+
 def test_an_overflowing_float_term_fails_instead_of_passing() -> None:
     """bfloat16 at d = 201: γ_n·u·(M·P) is huge; the bounds must FAIL, never turn into nan/PASS."""
     model, _ = build_model(n_digits=2, d_model=201, dtype="bfloat16")
-    cert = certify(model, 2, interval=False)
+    cert = certify(model, 2)
     assert not cert.passed and cert.reason == "float", cert.message

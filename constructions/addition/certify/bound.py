@@ -39,7 +39,7 @@ class BoundDerivation:
 
 
 def derive_bound(d_model: int) -> BoundDerivation:
-    """n_max(d) from the layout (§2): residual_basis gives the 17 token dimensions and P position
+    """n_max(d) from the layout (docs/theorem-5-1.md, "Capacity"): residual_basis gives the 17 token dimensions and P position
     dimensions per block; hypercube_code's coordinates take |alphabet| = 2 values on non-zero IDs
     (ID 0 = ``$`` is the zero vector), so there are 2^P distinct codes (bit i of p − 1 sets
     coordinate i, every sign pattern occurs once in p = 1 … 2^P); coupled_addition_ids shows an

@@ -1,8 +1,7 @@
 """``python -m constructions.addition.certify {bound,margins,exact,precision}`` — proofs, not samples, for
-Theorem 5.1's addition transformer (issue 3; design note shared/design/theorem-5-1-addition.md §2,
-§3.9, §9).
+Theorem 5.1's addition transformer (docs/certificate.md, docs/theorem-5-1.md).
 
-* ``bound``: n_max(d) = 2^⌊(d−17)/2⌋ − 2, derived from the construction's own layout (§2).
+* ``bound``: n_max(d) = 2^⌊(d−17)/2⌋ − 2, derived from the construction's own layout.
 * ``margins``: an all-inputs certificate at operand length N, with the float term of the dtype,
   and the smallest M for which it holds (:mod:`constructions.addition.certify.margins`).
 * ``exact``: the construction in exact rational arithmetic with hard-max attention
@@ -10,8 +9,8 @@ Theorem 5.1's addition transformer (issue 3; design note shared/design/theorem-5
 * ``precision``: the largest exact operand length per float format and width
   (:mod:`constructions.addition.certify.precision`).
 
-Bad input (unknown subcommand, d < 21, digits ≤ 0, digits beyond n_max(d)) prints one line on
-stderr and exits 2.
+Bad input (unknown subcommand, d < 21, digits ≤ 0, digits beyond n_max(d), a missing
+``precision --json`` cache without ``--recompute``) prints one line on stderr and exits 2.
 """
 from __future__ import annotations
 
@@ -41,13 +40,14 @@ def _check_d(d: int) -> str | None:
     return None
 
 
-def _check_digits(n: int, d: int | None) -> str | None:
+def _check_digits(n: int, d: int | None, flag: str = "--digits") -> str | None:
+    """``flag`` names the option the user gave (``--digits N``, ``--exhaustive N``, ``--sample-digits N``)."""
     from ..model import d_model_for
 
     if n <= 0:
-        return f"--digits must be a positive integer, got {n}"
+        return f"{flag} must be a positive integer, got {n}"
     if d is not None and n > n_max(d):
-        return (f"--digits {n} exceeds n_max({d}) = 2^{derive_bound(d).P} − 2 = {n_max(d)}; "
+        return (f"{flag} {n} needs {n}-digit operands, beyond n_max({d}) = 2^{derive_bound(d).P} − 2 = {n_max(d)}; "
                 f"use --d-model {d_model_for(n)} or more")
     return None
 
@@ -87,7 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("precision", help="largest exact operand length per float format and width",
                        description="For bfloat16, float16, float32, float64 and several d, the largest operand "
                        "length at which the model stays exact on adversarial inputs (carry chains, all 9s), and the "
-                       "first reason it breaks. Reads the cached figures/precision.json unless --recompute.")
+                       "first reason it breaks. Reads the cached figures/precision.json (or --json FILE) unless --recompute; "
+                       "a missing cache is an error, not a silent recomputation.")
     from .precision import add_arguments
 
     add_arguments(r)
@@ -150,9 +151,10 @@ def _main(argv: list[str] | None) -> int:
         if not 0 <= args.exhaustive <= 3 or args.samples < 0:
             return _bad(f"--exhaustive must be 0 … 3 (10^(2n) inputs each) and --samples ≥ 0, got "
                         f"{args.exhaustive} and {args.samples}")
-        lengths = list(range(1, args.exhaustive + 1)) + list(args.sample_digits)
-        for n in lengths:
-            if err := _check_digits(n, args.d_model):
+        lengths = [(n, "--exhaustive") for n in range(1, args.exhaustive + 1)]
+        lengths += [(n, "--sample-digits") for n in args.sample_digits]
+        for n, flag in lengths:
+            if err := _check_digits(n if flag == "--sample-digits" else args.exhaustive, args.d_model, flag):
                 return _bad(err)
         from .exact import run_exact
 

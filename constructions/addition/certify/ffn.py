@@ -1,6 +1,6 @@
 """The FFN half of the Theorem 5.1 certificate: decision margins read from W_in, W_out, W_U.
 
-Design note §3.7–3.8: the FFN turns ``t = PRE_SUM + (PRE_CARRY − 2·NUM)/10`` into a one-hot of the
+The FFN (docs/theorem-5-1.md, "Feed-forward network" and "Readout") turns ``t = PRE_SUM + (PRE_CARRY − 2·NUM)/10`` into a one-hot of the
 next digit with trapezoids, and PRE_EOS into IS_EOS with a ramp; the readout takes the argmax.
 The certificate does not use these constants. For one *class* of answer positions (same attended
 key pattern relative to the query) it enumerates every local configuration — the digits the
@@ -17,17 +17,20 @@ The tables are independent of the attention's sharpness M, so the smallest-M sea
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
 
 from lengthgen.tasks import ADDITION
 
+from . import interval as I
+from .interval import Iv
+
 ROLE_NONE, ROLE_A, ROLE_B, ROLE_C, ROLE_PLUS, ROLE_EQ, ROLE_BOS = range(7)
 ROLE_NAMES = {ROLE_A: "a", ROLE_B: "b", ROLE_C: "c", ROLE_PLUS: "+", ROLE_EQ: "=", ROLE_BOS: "$"}
 FIXED_TOKEN = {ROLE_PLUS: ADDITION.PLUS, ROLE_EQ: ADDITION.EQUALS, ROLE_BOS: ADDITION.BOS}
 MAX_LOCAL_SIGNIFICANCES = 2
-FLOAT64_SLACK = 1e-9
 
 
 class LocalityError(ValueError):
@@ -58,13 +61,13 @@ class FFNTables:
     spec: ClassSpec
     n_configs: int
     coords: np.ndarray  # residual coordinates the perturbation box acts on
-    stab_min: np.ndarray  # [d_mlp] min over configs of |pre-activation|
+    stab_min: np.ndarray  # [d_mlp] lower bound, over configs, of |pre-activation|
     active_any: np.ndarray  # [d_mlp] the unit at its binding configuration is active
     abs_win: np.ndarray  # [R, d_mlp]
-    gap: np.ndarray  # [C, V] logit(target) − logit(other); +inf at the target
-    sens: np.ndarray  # [C, R, V] |∂gap/∂resid_r| on the config's affine piece
+    gap: np.ndarray  # [C, V] lower bound of logit(target) − logit(other); +inf at the target
+    sens: np.ndarray  # [C, R, V] upper bound of |∂gap/∂resid_r| on the config's affine piece
     target: np.ndarray  # [C]
-    wo_wu: np.ndarray  # [d_mlp, V]
+    wo_wu: Iv  # [d_mlp, V] enclosure of W_out·W_U
     hardmax_error: str | None
 
 
@@ -114,40 +117,79 @@ def _configs(spec: ClassSpec) -> tuple[dict, np.ndarray, np.ndarray, str]:
     return tokens, query, target, text
 
 
-def ffn_tables(W, spec: ClassSpec, resid_pos: np.ndarray, coords: np.ndarray) -> FFNTables:
-    """Hard-max residuals for every local configuration of ``spec`` and the FFN's margins there.
+def local_inputs_digest(spec: ClassSpec) -> str:
+    """A digest of everything :func:`ffn_tables` reads from ``spec``: the query and target tokens
+    of every local configuration and, per head, |S| and the token array of each member in order.
+    Classes with equal digests (at any length) have equal tables for equal weights and effects."""
+    tokens, query, target, _ = _configs(spec)
+    h = hashlib.sha1(np.ascontiguousarray(query).tobytes() + np.ascontiguousarray(target).tobytes())
+    for mem in spec.members:
+        h.update(len(mem).to_bytes(4, "little"))
+        for role, sig, _ in mem:
+            h.update(np.ascontiguousarray(tokens[(role, sig)], dtype=np.int64).tobytes())
+    return h.hexdigest()
 
-    ``resid_pos``: the position-dependent part of the residual (W_pos[query] plus the heads'
-    position-value terms); ``coords``: residual coordinates that may be perturbed."""
+
+def ffn_tables(W, spec: ClassSpec, pos_in: Iv, pos_logit: Iv, coords: np.ndarray) -> FFNTables:
+    """Enclosures of the hard-max residual stream, pre-activations and logits for every local
+    configuration of ``spec``, and the FFN's margins there.
+
+    ``pos_in``, ``pos_logit``: the position-dependent part of the residual (W_pos[query] plus the
+    heads' position-value terms) mapped through W_in and W_U; ``coords``: residual coordinates
+    that may be perturbed."""
     tokens, query, target, text = _configs(spec)
     count = len(query)
-    resid = W.W_E[query] + resid_pos[None, :] + W.b_O[None, :]
+    # resid = W_E[query] + b_O + Σ_h mean over S of head_out[token]; W_in and W_U are linear, so
+    # pre and the residual part of the logits are sums of per-token rows (exact arithmetic)
+    own = Iv.exact(W.W_E + W.b_O[None, :])
+    pre = I.affine(own, W.W_in)[query] + (pos_in + W.b_in)[None]
+    direct = I.matmul(own, W.W_U)[query] + pos_logit[None]
     for h, mem in enumerate(spec.members):
-        o_tok = (W.W_E @ W.W_V[h] + W.b_V[h]) @ W.W_O[h]
+        head_out = I.matmul(I.affine(W.W_E, W.W_V[h], W.b_V[h]), W.W_O[h]) / float(len(mem))  # [vocab, d]
+        to_in, to_logit = I.matmul(head_out, W.W_in), I.matmul(head_out, W.W_U)
         for role, sig, _ in mem:
-            resid += o_tok[tokens[(role, sig)]] / len(mem)
-    pre = resid @ W.W_in + W.b_in
-    active = pre > 0
-    logits = (resid + np.maximum(pre, 0) @ W.W_out + W.b_out) @ W.W_U + W.b_U
+            pre = pre + to_in[tokens[(role, sig)]]
+            direct = direct + to_logit[tokens[(role, sig)]]
+    wo_wu = I.matmul(W.W_out, W.W_U)
+    logits = direct + I.matmul(pre.relu(), wo_wu) + I.affine(W.b_out, W.W_U, W.b_U)[None]
     rows = np.arange(count)
-    gap = logits[rows, target][:, None] - logits
+    gap_iv = logits[rows, target][:, None] - logits
+    gap = gap_iv.lo.copy()
     gap[rows, target] = np.inf
     error = None
     bad = np.nonzero(gap.min(1) <= 0)[0]
     if len(bad):
         i = int(bad[0])
-        got = ADDITION.decode([int(np.argmax(logits[i]))])
+        centre, _ = logits.center_radius()
+        got = ADDITION.decode([int(np.argmax(centre[i]))])
         want = ADDITION.decode([int(target[i])])
         detail = ", ".join(f"{ROLE_NAMES[r]}_{s}={ADDITION.decode([int(t[i])])}" for (r, s), t in tokens.items()
                            if r in (ROLE_A, ROLE_B, ROLE_C))
         error = (f"{spec.describe()}: at the hard-max limit the model predicts {got!r} instead of {want!r} "
-                 f"({detail}; {len(bad)} of {count} local configurations wrong)")
-    wo_wu = W.W_out @ W.W_U
-    grad = W.W_U[coords][None, :, :] + np.einsum("cu,ru,uv->crv", active.astype(float), W.W_in[coords], wo_wu)
-    sens = np.abs(grad[rows, :, target][:, :, None] - grad)
-    binding = np.abs(pre).argmin(0)
-    return FFNTables(spec, count, coords, np.abs(pre).min(0), pre[binding, np.arange(pre.shape[1])] > 0,
+                 f"({detail}; {len(bad)} of {count} local configurations not provably right)")
+    stab = pre.mig()
+    active = pre.lo > 0
+    sens = _sensitivities(W, active, target, coords, wo_wu)
+    binding = stab.argmin(0)
+    return FFNTables(spec, count, coords, stab.min(0), active[binding, np.arange(stab.shape[1])],
                      np.abs(W.W_in[coords]), gap, sens, target, wo_wu, error)
+
+
+def _sensitivities(W, active: np.ndarray, target: np.ndarray, coords: np.ndarray, wo_wu: Iv) -> np.ndarray:
+    """Upper bounds of |∂(logit_target − logit_v)/∂resid_r| = |g_rt − g_rv| with
+    ``g = W_U + (active ⊙ W_in)·W_out·W_U`` on each configuration's affine piece (computed once per
+    distinct activation pattern and target)."""
+    rows = np.column_stack([np.packbits(active, axis=1), target.astype(np.int64)[:, None].view(np.uint8)])
+    rows = np.ascontiguousarray(rows)
+    _, first, which = np.unique(rows.view(np.dtype((np.void, rows.shape[1]))).reshape(-1), return_index=True,
+                                return_inverse=True)
+    which = which.reshape(-1)
+    out = np.empty((len(first), len(coords), W.W_U.shape[1]))
+    for j, c in enumerate(first):
+        on, t = active[c].astype(np.float64), int(target[c])
+        g = Iv.exact(W.W_U[coords]) + I.matmul(W.W_in[coords] * on[None, :], wo_wu)
+        out[j] = (g[:, [t]] - g).mag()
+    return out[which]
 
 
 @dataclass
@@ -164,19 +206,19 @@ class FFNCheck:
 def ffn_check(t: FFNTables, deltas: dict[str, np.ndarray], pre_err: np.ndarray, logit_err: float,
               unit_names: list[str] | None = None) -> FFNCheck:
     """Check the box ``Σ deltas`` (+ float terms) against the class's margins. ``deltas`` maps a
-    source name ("leak", "spread", "float") to a per-residual-coordinate bound. Requirements are
-    inflated and margins deflated by ``FLOAT64_SLACK`` (relative), which dominates the rounding of
-    these float64 evaluations (sums of ≤ 100 terms: γ_100 < 10^-13)."""
-    total = sum(deltas.values())[t.coords]
-    rad = (t.abs_win.T @ total + pre_err) * (1 + FLOAT64_SLACK)
-    stab_min = t.stab_min * (1 - FLOAT64_SLACK)
-    with np.errstate(divide="ignore"):
-        stab_ratio = np.where(rad > 0, stab_min / np.maximum(rad, 1e-300), np.inf)
-    u = int(np.argmin(stab_ratio))
-    pre_term = np.abs(t.wo_wu[:, :, None] - t.wo_wu[:, None, :]).transpose(1, 2, 0) @ pre_err  # [V, V]
-    req = (np.einsum("crv,r->cv", t.sens, total) + logit_err + pre_term[t.target]) * (1 + FLOAT64_SLACK)
+    source name ("leak", "spread", "float") to an upper bound per residual coordinate. Margins are
+    lower ends of enclosures, requirements are rounded up, and each slack (margin / requirement) is
+    rounded down, so ``slack > 1`` proves margin > requirement."""
+    total = I.up_add(*deltas.values())[t.coords]
+    rad = I.up_add(I.up_matmul_nonneg(t.abs_win.T, total), pre_err)
     with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(req > 0, t.gap * (1 - FLOAT64_SLACK) / np.maximum(req, 1e-300), np.inf)
+        stab_ratio = np.where(rad > 0, I.down(t.stab_min / np.where(rad > 0, rad, 1.0)), np.inf)
+    u = int(np.argmin(stab_ratio))
+    diff = (t.wo_wu[:, :, None] - t.wo_wu[:, None, :]).mag()  # [d_mlp, V, V]
+    pre_term = I.up_matmul_nonneg(diff.transpose(1, 2, 0), pre_err)  # [V, V]
+    req = I.up_add(I.up_matmul_nonneg(t.sens.transpose(0, 2, 1), total), logit_err, pre_term[t.target])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(req > 0, I.down(t.gap / np.where(req > 0, req, 1.0)), np.inf)
     c, v = np.unravel_index(int(np.argmin(ratio)), ratio.shape)
     stab_slack, logit_slack = float(stab_ratio[u]), float(ratio[c, v])
     if stab_slack <= logit_slack:

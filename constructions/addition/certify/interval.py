@@ -1,170 +1,273 @@
-"""mpmath interval re-derivation of the binding attention bounds (issue 3, item 2).
+"""Sound interval arithmetic over numpy float64 arrays, the number type of the certificate.
 
-:func:`constructions.addition.certify.margins.certify` scans all N + 2 answer positions with vectorized
-float64 arithmetic. For the worst position of every class and head, this module recomputes the
-leak and spread bounds from the weights in ``mpmath.iv`` interval arithmetic (200-bit endpoints,
-outward rounding): the query vector α, the exact value sets ``K_e`` of the position keys (one
-interval sum per distinct pattern of W_pos on the rows W_K reads), the product bound
-``∏_e F_e − 1`` (= Σ_h C(P,h)·e^{−h·gap} for the hypercube, the IDs at Hamming distance h), the
-token scores and the scores of S. The certificate uses the larger of the two results, so its
-final numbers are interval-checked, not float64 estimates.
+Every quantity that the Theorem 5.1 certificate compares with a margin is an :class:`Iv`: a pair of
+float64 arrays ``lo ≤ x ≤ hi`` that encloses the exact real value the weights define
+(docs/certificate.md, "Interval arithmetic"). Soundness rests on IEEE-754 float64 with round to
+nearest, nothing else:
+
+* ``+ − ×`` and division by a positive number: the float result lies within half an ulp of the
+  exact one, so stepping one ulp outward (``np.nextafter``) encloses it;
+* products of matrices and sums of ``n`` terms, in *any* summation order (BLAS blocking, SIMD, FMA):
+  ``|fl(Σ) − Σ| ≤ γ_n·Σ|terms| + n·2^-1074`` (Higham, *Accuracy and Stability of Numerical
+  Algorithms*, 2nd ed., section 3.1; the last term covers underflow), so a radius of
+  ``2·γ_{n+2}·fl(Σ|terms|) + n·2^-1073`` encloses the exact sum. The result is therefore the same
+  enclosure whichever kernel numpy's BLAS picks;
+* ``exp``, ``log``, ``log1p``, ``expm1`` are evaluated by ``mpmath.iv`` (its own outward-rounded
+  interval arithmetic at :data:`MP_BITS` bits) on the *distinct* end points only, then rounded
+  outward to float64 — no libm accuracy is assumed.
 """
 from __future__ import annotations
 
-import math
-from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Callable
 
-import mpmath
 import numpy as np
 from mpmath import iv
 
-from lengthgen.tasks import ADDITION
-
-from .ffn import ROLE_A, ROLE_B, ROLE_C, ROLE_EQ, ROLE_PLUS
-
-PREC = 200
-DIGITS = [ADDITION.vocabulary[str(k)] for k in range(10)]
+U64 = 2.0**-53
+TINY = 2.0**-1074
+MP_BITS = 113
+STEP = 2.0**-52  # |x|·STEP is at least one float spacing next to a normal x
 
 
-def _dot(x: np.ndarray, W: np.ndarray, b: np.ndarray | None = None) -> list:
-    """x @ W (+ b) as a list of intervals (exact inputs: float64 numbers are exact in mpmath)."""
-    out = []
-    for e in range(W.shape[1]):
-        acc = iv.mpf(0) if b is None else iv.mpf(float(b[e]))
-        for r in np.nonzero((W[:, e] != 0) & (x != 0))[0]:
-            acc += iv.mpf(float(x[r])) * iv.mpf(float(W[r, e]))
-        out.append(acc)
-    return out
+def gamma(n: int | np.ndarray) -> float | np.ndarray:
+    """Higham's γ_n = n·u/(1 − n·u) for float64 (u = 2^-53)."""
+    n = np.asarray(n, dtype=np.float64)
+    return n * U64 / (1 - n * U64)
 
 
-def _key_values(W_pos_code: np.ndarray, W_K: np.ndarray) -> list[list]:
-    """Exact (interval) values of column e of W_pos·W_K over the IDs, one per distinct W_pos pattern."""
-    values = []
-    for e in range(W_K.shape[1]):
-        supp = np.nonzero(W_K[:, e])[0]
-        patterns = np.unique(W_pos_code[:, supp], axis=0) if len(supp) else np.zeros((1, 0))
-        vals = []
-        for pat in patterns:
-            acc = iv.mpf(0)
-            for r, x in zip(supp, pat):
-                if x != 0:
-                    acc += iv.mpf(float(x)) * iv.mpf(float(W_K[r, e]))
-            vals.append(acc)
-        values.append(vals)
-    return values
+def down(x: np.ndarray | float) -> np.ndarray:
+    """A float ≤ the next float below ``x``: encloses the exact value of a sum or difference that
+    rounded to ``x``. ``x − |x|·2^-52`` is at least one spacing below ``x`` and rounds to a float at
+    or below the next one. Zero and subnormal results stay (a float sum that rounds to a subnormal
+    or to 0 is exact: Hauser, ACM TOPLAS 18(2), 1996); ±inf stays."""
+    x = np.asarray(x, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        return np.fmin(x - np.abs(x) * STEP, x)  # −inf − inf = nan: fmin keeps x
 
 
-@contextmanager
-def _iv_precision(bits: int):
-    """mpmath.iv keeps its own precision (53 bits by default); raise it for the block."""
+def up(x: np.ndarray | float) -> np.ndarray:
+    """A float ≥ the next float above ``x`` (see :func:`down`)."""
+    x = np.asarray(x, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        return np.fmax(x + np.abs(x) * STEP, x)
+
+
+def _nonzero_count(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """How many products a_ik·b_kj are non-zero (each may underflow by ≤ 2^-1075)."""
+    return (a != 0).astype(np.float64) @ (b != 0).astype(np.float64)
+
+
+def up_sum_factor(n: int) -> float:
+    """A factor ≥ 1/(1 − γ_n) rounded up: fl(Σ of n non-negative terms) times it bounds the exact sum."""
+    return float(up(1 + 2 * gamma(n + 2)))
+
+
+def up_matmul_nonneg(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """An upper bound of the exact ``a @ b`` for non-negative ``a``, ``b`` (any kernel)."""
+    k = a.shape[-1]
+    count = _nonzero_count(a, b)
+    total = up(up(a @ b + count * 2 * TINY) * up_sum_factor(k))
+    return np.where(count == 0, 0.0, total)
+
+
+def up_add(*terms) -> np.ndarray:
+    """Upper bound of the exact sum of a few arrays (each addition rounded up)."""
+    total = np.asarray(terms[0], dtype=np.float64)
+    for t in terms[1:]:
+        total = up(total + t)
+    return total
+
+
+def up_mul(a, b) -> np.ndarray:
+    """Upper bound of the exact product of non-negative ``a`` and ``b`` (a zero factor is exact)."""
+    a, b = np.broadcast_arrays(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64))
+    return np.where((a == 0) | (b == 0), 0.0, np.nextafter(a * b, np.inf))
+
+
+@dataclass
+class Iv:
+    """Elementwise enclosure ``lo ≤ exact ≤ hi`` (float64 arrays of one shape)."""
+
+    lo: np.ndarray
+    hi: np.ndarray
+
+    @classmethod
+    def exact(cls, x) -> "Iv":
+        """A float64 array holds exact numbers (every float format embeds in float64)."""
+        x = np.asarray(x, dtype=np.float64)
+        return cls(x, x)
+
+    @property
+    def shape(self) -> tuple:
+        return self.lo.shape
+
+    def __getitem__(self, idx) -> "Iv":
+        return Iv(self.lo[idx], self.hi[idx])
+
+    def __add__(self, other) -> "Iv":
+        o = as_iv(other)
+        return Iv(down(self.lo + o.lo), up(self.hi + o.hi))
+
+    __radd__ = __add__
+
+    def __neg__(self) -> "Iv":
+        return Iv(-self.hi, -self.lo)
+
+    def __sub__(self, other) -> "Iv":
+        return self + (-as_iv(other))
+
+    def __rsub__(self, other) -> "Iv":
+        return as_iv(other) + (-self)
+
+    def __mul__(self, other) -> "Iv":
+        o = as_iv(other)
+        los, his = [], []
+        for x, y in ((self.lo, o.lo), (self.lo, o.hi), (self.hi, o.lo), (self.hi, o.hi)):
+            x, y = np.broadcast_arrays(x, y)
+            zero = (x == 0) | (y == 0)  # exact 0 (also for 0·inf); otherwise one ulp outward
+            with np.errstate(invalid="ignore", over="ignore"):
+                p = x * y
+            los.append(np.where(zero, 0.0, np.nextafter(p, -np.inf)))
+            his.append(np.where(zero, 0.0, np.nextafter(p, np.inf)))
+        return Iv(np.min(los, axis=0), np.max(his, axis=0))
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, k: float | np.ndarray) -> "Iv":
+        """Division by positive exact numbers."""
+        k = np.asarray(k, dtype=np.float64)
+        if np.any(k <= 0):
+            raise ValueError("Iv division only by positive numbers")
+        lo, hi = np.broadcast_arrays(self.lo / k, self.hi / k)
+        return Iv(np.where(self.lo == 0, 0.0, np.nextafter(lo, -np.inf)), np.where(self.hi == 0, 0.0, np.nextafter(hi, np.inf)))
+
+    def mag(self) -> np.ndarray:
+        """Upper bound of |x|."""
+        return np.maximum(np.abs(self.lo), np.abs(self.hi))
+
+    def mig(self) -> np.ndarray:
+        """Lower bound of |x| (0 when the interval contains 0)."""
+        return np.where(self.lo > 0, self.lo, np.where(self.hi < 0, -self.hi, 0.0))
+
+    def relu(self) -> "Iv":
+        return Iv(np.maximum(self.lo, 0.0), np.maximum(self.hi, 0.0))
+
+    def sum(self, axis: int) -> "Iv":
+        n = self.lo.shape[axis]
+        return Iv(_round_sum(self.lo, axis, n, -1), _round_sum(self.hi, axis, n, +1))
+
+    def max(self, axis: int) -> "Iv":
+        return Iv(self.lo.max(axis), self.hi.max(axis))
+
+    def min(self, axis: int) -> "Iv":
+        return Iv(self.lo.min(axis), self.hi.min(axis))
+
+    def center_radius(self) -> tuple[np.ndarray, np.ndarray]:
+        """A float ``c`` and an upper bound ``r`` with [lo, hi] ⊆ [c − r, c + r]."""
+        c = self.lo + 0.5 * (self.hi - self.lo)
+        c = np.where(np.isfinite(c), c, self.lo)
+        return c, up(np.maximum(up(self.hi - c), up(c - self.lo)))
+
+    def key(self) -> np.ndarray:
+        """Both end points side by side, for grouping equal enclosures."""
+        return np.concatenate([self.lo[..., None], self.hi[..., None]], axis=-1)
+
+    def unique(self) -> tuple["Iv", np.ndarray]:
+        """The distinct enclosures of a 1-D Iv and, per element, the index of its own."""
+        uniq, inv = np.unique(self.lo + 1j * self.hi, return_inverse=True)  # a fast 1-D sort
+        return Iv(uniq.real.copy(), uniq.imag.copy()), inv.reshape(-1)
+
+
+def as_iv(x) -> Iv:
+    return x if isinstance(x, Iv) else Iv.exact(x)
+
+
+def maximum(a: Iv, b: Iv) -> Iv:
+    return Iv(np.maximum(a.lo, b.lo), np.maximum(a.hi, b.hi))
+
+
+def minimum(a: Iv, b: Iv) -> Iv:
+    return Iv(np.minimum(a.lo, b.lo), np.minimum(a.hi, b.hi))
+
+
+def _round_sum(x: np.ndarray, axis: int, n: int, direction: int) -> np.ndarray:
+    """Directed bound of the exact sum of ``x`` along ``axis`` (any summation order)."""
+    s = x.sum(axis)
+    err = up(np.abs(x).sum(axis) * up_sum_factor(n)) * (2 * gamma(n))
+    err = np.where(err == 0, 0.0, np.nextafter(err, np.inf))  # non-zero sums of non-negative terms
+    return down(s - err) if direction < 0 else up(s + err)
+
+
+def matmul(a, b) -> Iv:
+    """Enclosure of ``a @ b`` for exact arrays or :class:`Iv` (midpoint–radius, Rump 1999)."""
+    ac, ar = as_iv(a).center_radius()
+    bc, br = as_iv(b).center_radius()
+    k = ac.shape[-1]
+    c = ac @ bc
+    abs_ac, abs_bc = np.abs(ac), np.abs(bc)
+    rad = up_matmul_nonneg(abs_ac, abs_bc) * (2 * gamma(k))  # rounding of the centre product
+    rad = up_add(np.where(rad == 0, 0.0, np.nextafter(rad, np.inf)), _nonzero_count(ac, bc) * 2 * TINY)
+    if np.any(br):
+        rad = up_add(rad, up_matmul_nonneg(abs_ac, br))
+    if np.any(ar):
+        rad = up_add(rad, up_matmul_nonneg(ar, up(abs_bc + br)))
+    return Iv(down(c - rad), up(c + rad))
+
+
+def affine(x, W: np.ndarray, b: np.ndarray | None = None) -> Iv:
+    """Enclosure of ``x @ W + b`` (W, b exact)."""
+    out = matmul(x, W)
+    return out if b is None else out + b
+
+
+def _mp_map(values: np.ndarray, fn: Callable) -> tuple[np.ndarray, np.ndarray]:
+    """Outward float64 enclosures of ``fn`` at each distinct value (mpmath interval evaluation)."""
+    uniq, inv = np.unique(values, return_inverse=True)
+    lo, hi = np.empty(len(uniq)), np.empty(len(uniq))
     old = iv.prec
-    iv.prec = bits
+    iv.prec = MP_BITS
     try:
-        yield
+        for i, v in enumerate(uniq.tolist()):
+            r = fn(iv.mpf(v))
+            lo[i], hi[i] = down(float(r.a)), up(float(r.b))
     finally:
         iv.prec = old
+    return lo[inv].reshape(values.shape), hi[inv].reshape(values.shape)
 
 
-def _upper(x) -> mpmath.mpf:
-    """Upper end point of an interval as a plain mpf."""
-    return mpmath.mpf(x.b.a)
-
-
-def _max_iv(items: list) -> object:
-    out = items[0]
-    for it in items[1:]:
-        out = iv.mpf([max(out.a, it.a), max(out.b, it.b)])
-    return out
-
-
-def _min_iv(items: list) -> object:
-    out = items[0]
-    for it in items[1:]:
-        out = iv.mpf([min(out.a, it.a), min(out.b, it.b)])
-    return out
-
-
-def head_bounds_iv(W, h: int, query_pos: int, query_id: int, member_keys: list[tuple[list[int], int]],
-                   code_ids: np.ndarray, m_max: int, pert: float, cache: dict | None = None) -> dict:
-    """Interval bounds (upper ends, as floats rounded up) for one query and head; query tokens with
-    identical query rows are evaluated once.
-
-    ``member_keys``: S besides ``$`` as (allowed tokens, ID); ``pert``: per-score perturbation
-    (float term + arithmetic slack) added as in the float64 pass."""
-    with mpmath.workprec(PREC), _iv_precision(PREC):
-        tokens = [ADDITION.EQUALS] if query_pos < 0 else DIGITS
-        q_rows = W.W_E[tokens] @ W.W_Q[h]
-        tokens = [t for i, t in enumerate(tokens) if not any(np.array_equal(q_rows[i], q_rows[j]) for j in range(i))]
-        cache = {} if cache is None else cache
-        key = ("kvals", h, W.digest("W_pos", "W_K"), code_ids.tobytes())
-        if key not in cache:
-            cache[key] = _key_values(W.W_pos[code_ids], W.W_K[h])
-        kvals = cache[key]
-        kE = [_dot(W.W_E[y], W.W_K[h], W.b_K[h]) for y in range(W.W_E.shape[0])]
-        kP0 = _dot(W.W_pos[0], W.W_K[h])
-        worst = {"log_leak": -mpmath.inf, "eta": mpmath.mpf(0), "rpos": mpmath.mpf(0)}
-        for x in tokens:
-            qx = _dot(W.W_E[x], W.W_Q[h], W.b_Q[h])
-            qp = _dot(W.W_pos[query_id], W.W_Q[h])
-            alpha = [iv.mpf(W.scale) * (a + b) for a, b in zip(qx, qp)]
-            best, prod_f, prod_g, tie = iv.mpf(0), iv.mpf(1), iv.mpf(1), False
-            second = mpmath.inf  # smallest gap between a coordinate's best and second-best value
-            for a_e, vals in zip(alpha, kvals):
-                prods = [a_e * v for v in vals]
-                top = _max_iv(prods)
-                above = [p for p in prods if p.b >= top.a]  # candidates for the maximum
-                tie |= len(above) > 1
-                rest = [p for p in prods if p is not above[0]]
-                if rest:
-                    second = min(second, mpmath.mpf((top - _max_iv(rest)).a.a))
-                best += top
-                f = sum((iv.exp(p - top) for p in prods), iv.mpf(0))
-                prod_f *= f
-                prod_g *= 1 + sum((iv.exp(p - top) for p in prods if p is not above[0]), iv.mpf(0))
-            n_code = iv.mpf(len(code_ids))
-            cap = n_code * iv.exp(-iv.mpf(second)) if mpmath.isfinite(second) else iv.mpf(0)
-            rpos = _min_iv([prod_f, n_code]) if tie else _min_iv([prod_g - 1, cap])
-            tau = [sum((a * k for a, k in zip(alpha, kE[y])), iv.mpf(0)) for y in range(len(kE))]
-            s_bos = tau[ADDITION.BOS] + sum((a * k for a, k in zip(alpha, kP0)), iv.mpf(0))
-            scores = [s_bos] + [best + _min_iv([tau[y] for y in toks]) for toks, _ in member_keys] \
-                + [best + _max_iv([tau[y] for y in toks]) for toks, _ in member_keys]
-            s_lo, s_hi = _min_iv(scores), _max_iv(scores)
-            t_code = _max_iv([tau[y] for y in DIGITS + [ADDITION.PLUS, ADDITION.EQUALS]])
-            size = 1 + len(member_keys)
-            if rpos.b > 0:
-                log_leak = iv.log(iv.mpf(m_max)) + iv.log(_max_iv([rpos, iv.mpf(mpmath.mpf(2) ** -1000)])) \
-                    + (t_code + best - s_lo) - iv.log(size)
-                worst["log_leak"] = max(worst["log_leak"], _upper(log_leak + 2 * pert))
-            worst["eta"] = max(worst["eta"], _upper(s_hi - s_lo + 2 * pert))
-            worst["rpos"] = max(worst["rpos"], _upper(rpos))
-        return {k: float(v + abs(v) * mpmath.mpf("1e-14")) if mpmath.isfinite(v) else float(v)
-                for k, v in worst.items()}
-
-
-def interval_check(W, L, heads: list, parts: list[dict], cls: np.ndarray,
-                    k: np.ndarray, m_max: int, pert: float, cache: dict) -> list[dict]:
-    """Re-derive, in mpmath intervals, the bounds of each head's worst query in every class and
-    check that the float64 scan did not under-estimate them (it must dominate them)."""
-    role_tokens = {ROLE_A: DIGITS, ROLE_B: DIGITS, ROLE_C: DIGITS, ROLE_PLUS: [ADDITION.PLUS], ROLE_EQ: [ADDITION.EQUALS]}
-    used = np.unique(L.ids)
-    code = used[used > 0]
+def _monotone(x: Iv, fn: Callable, np_fn: Callable, floor: float | None = None) -> Iv:
+    """An increasing function on an interval: [f(lo)↓, f(hi)↑]; infinite end points map exactly."""
     out = []
-    for h, (hb, part) in enumerate(zip(heads, parts)):
-        tv = part["leak"] + part["spread"] + part["float"]
-        summary = {"log_leak": -math.inf, "eta": 0.0, "rpos": 0.0, "checked": 0}
-        for c in range(int(cls.max()) + 1):
-            members = np.nonzero(cls == c)[0]
-            i = int(members[np.argmax(tv[members])])
-            keys = [(role_tokens[int(L.role[p])], int(L.ids[p])) for p in hb.members[i] if p >= 0]
-            got = head_bounds_iv(W, h, int(k[i]), int(L.ids[L.queries[i]]), keys, code, m_max, pert, cache)
-            f64_leak, f64_eta = hb.log_leak[i] + 2 * pert, hb.eta[i] + 2 * pert
-            tol = 1e-9 * (1 + abs(f64_leak))
-            if got["log_leak"] > f64_leak + tol or got["eta"] > f64_eta + 1e-9 * (1 + f64_eta):
-                raise AssertionError(f"head {h + 1}, query {i}: interval bounds {got} exceed the float64 scan "
-                                     f"(log leak {f64_leak}, eta {f64_eta})")
-            summary["log_leak"] = max(summary["log_leak"], got["log_leak"])
-            summary["eta"] = max(summary["eta"], got["eta"])
-            summary["rpos"] = max(summary["rpos"], got["rpos"])
-            summary["checked"] += 1
-        out.append(summary)
-    return out
+    for ends, pick in ((x.lo, 0), (x.hi, 1)):
+        ends = np.asarray(ends, dtype=np.float64)
+        res = np.empty(ends.shape)
+        finite = np.isfinite(ends)
+        with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+            res[~finite] = np_fn(ends[~finite])
+        if finite.any():
+            lo, hi = _mp_map(ends[finite], fn)
+            res[finite] = (lo, hi)[pick]
+        out.append(res)
+    lo, hi = out
+    if floor is not None:
+        lo = np.maximum(lo, floor)
+    return Iv(lo, hi)
+
+
+def exp(x: Iv) -> Iv:
+    return _monotone(x, iv.exp, np.exp, floor=0.0)
+
+
+def expm1(x: Iv) -> Iv:
+    return _monotone(x, iv.expm1, np.expm1, floor=-1.0)
+
+
+def log(x: Iv) -> Iv:
+    """Natural log (end points ≤ 0 give −inf)."""
+    safe = Iv(np.where(x.lo > 0, x.lo, 0.0), np.where(x.hi > 0, x.hi, 0.0))
+    return _monotone(safe, iv.log, np.log)
+
+
+def log1p(x: Iv) -> Iv:
+    return _monotone(x, iv.log1p, np.log1p)

@@ -1,4 +1,4 @@
-"""Where floating point breaks Theorem 5.1's construction (issue 3, item 4; design note §9).
+"""Where floating point breaks Theorem 5.1's construction (docs/certificate.md, "The precision map").
 
 For each format (bfloat16, float16, float32, float64) and width d, the model ``build_model(N, d,
 dtype)`` is run teacher-forced (equivalent to greedy decoding, :mod:`lengthgen.decode`) on four
@@ -14,7 +14,7 @@ and the others in float64 (same M): ``score rounding`` (embeddings, W_Q, W_K, sc
 ``value rounding`` (W_V, the weighted sum, W_O, the residual add) or ``FFN margin`` (W_in, ReLU,
 W_out, W_U). The stages that break it alone are reported; "combined" if none does alone. For
 score rounding it also says whether rounding W_Q, W_K alone (√M and √(MP) round apart, so the
-``$`` sink no longer ties with the digit keys, §9) suffices ("Q/K weights") or not ("arithmetic").
+``$`` sink no longer ties with the digit keys) suffices ("Q/K weights") or not ("arithmetic").
 
 Each entry also records the largest grid length the margins certificate proves in that format
 (``certified N``): the certificate is sound, so certified ≤ measured must hold.
@@ -32,9 +32,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from lengthgen.decode import decided_argmax
 from lengthgen.tasks import ADDITION
 
 from ..model import START_ID, build_model, max_digits_for
+from .emulate import emulated_exact
 
 FIGURES = Path(__file__).resolve().parents[3] / "figures"
 DTYPES = ("bfloat16", "float16", "float32", "float64")
@@ -68,11 +70,18 @@ def _batch(n: int) -> tuple[torch.Tensor, torch.Tensor, int, np.ndarray]:
 
 @torch.inference_mode()
 def exact_on_adversarial(n: int, d_model: int, dtype: str) -> list[bool]:
-    """Per adversarial input: does the model predict every answer token (and the final EOS)?"""
+    """Per adversarial input: does the model predict every answer token (and the final EOS), each
+    by a margin (:func:`lengthgen.decode.decided_argmax`)?"""
     model, _ = build_model(n_digits=n, d_model=d_model, dtype=dtype)
     toks, pos, p, answer = _batch(n)
     logits = model(toks[:, :-1], pos[:, :-1], logits_from=p - 1)
-    return [bool(row) for row in (logits.argmax(-1).numpy() == answer).all(1)]
+    return _decided_rows(logits, answer)
+
+
+def _decided_rows(logits: torch.Tensor, answer: np.ndarray) -> list[bool]:
+    """Per row: every answer token is the decided argmax (beats the runner-up by more than
+    lengthgen.decode.DECISION_MARGIN; a tie-breaking argmax does not count)."""
+    return [bool(row) for row in (decided_argmax(logits).numpy() == answer).all(1)]
 
 
 @torch.inference_mode()
@@ -109,7 +118,7 @@ def staged_exact(n: int, d_model: int, dtype: str, low: str) -> list[bool]:
     mlp = mf.blocks[0].mlp
     out = resid + torch.relu(resid @ mlp.W_in + mlp.b_in) @ mlp.W_out + mlp.b_out
     logits = out @ mf.unembed.W_U + mf.unembed.b_U
-    return [bool(row) for row in (logits.argmax(-1).numpy() == answer).all(1)]
+    return _decided_rows(logits, answer)
 
 
 def diagnose(n: int, d_model: int, dtype: str, failing: list[bool]) -> str:
@@ -118,7 +127,7 @@ def diagnose(n: int, d_model: int, dtype: str, failing: list[bool]) -> str:
     bad = [i for i, ok in enumerate(failing) if not ok]
     breaks = lambda stage: not all(staged_exact(n, d_model, dtype, stage)[i] for i in bad)
     culprits = [label for stage, label in STAGES if breaks(stage)]
-    if "score rounding" in culprits:  # is rounding W_Q, W_K (√M vs √(MP), §9) enough on its own?
+    if "score rounding" in culprits:  # is rounding W_Q, W_K (√M vs √(MP)) enough on its own?
         culprits[culprits.index("score rounding")] += " (Q/K weights)" if breaks("qk_weights") else " (arithmetic)"
     return " + ".join(culprits) if culprits else "combined"
 
@@ -143,6 +152,9 @@ def measure(dtype: str, d_model: int, cap: int = CAP, log=print) -> dict:
     else:
         entry["exact_at_top"] = True
     entry["largest_certified"] = largest_certified(grid, d_model, dtype)
+    cert_n = entry["largest_certified"]
+    entry["emulated_exact_at_certified"] = all(emulated_exact(cert_n, d_model, dtype, adversarial_pairs(cert_n))) \
+        if cert_n else None
     log(f"  {dtype:<9} d={d_model:<4} largest exact N = {entry['largest_exact']}, certified {entry['largest_certified']}"
         + (f", first failure N = {entry['first_failure']} ({entry['reason']})" if entry["first_failure"] else ""))
     return entry
@@ -153,30 +165,56 @@ def largest_certified(grid: list[int], d_model: int, dtype: str) -> int:
     ``dtype``) fails: a *proof* of exactness for every input at those lengths."""
     from .margins import certify
 
-    best = 0
+    best, cache = 0, {}  # FFN tables recur across lengths (keyed by their inputs)
     for n in grid:
         model, _ = build_model(n_digits=n, d_model=d_model, dtype=dtype)
-        if not certify(model, n, dtype, interval=False).passed:
+        if not certify(model, n, dtype, cache=cache).passed:
             break
         best = n
     return best
+
+
+def environment() -> dict:
+    """Where the measured side was measured: the exact/inexact boundary is a property of the pair
+    (format, kernel), so the torch version, the kernel capability and the processor go with it."""
+    import platform
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(), "cpu": cpu,
+            "device": "cpu", "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+            "threads": torch.get_num_threads()}
+
+
+def environment_label(env: dict | None) -> str:
+    if not env:
+        return "measured on: not recorded"
+    where = env.get("gpu") if env.get("device") == "cuda" else f"{env.get('cpu')}, ATen CPU capability {env.get('cpu_capability')}"
+    return f"measured with torch {env.get('torch')} on {where}"
 
 
 def recompute(dtypes=DTYPES, d_models=D_MODELS, cap: int = CAP, log=print) -> dict:
     t0 = time.perf_counter()
     torch.set_num_threads(min(2, torch.get_num_threads()))
     results = [measure(dt, d, cap, log) for dt in dtypes for d in d_models]
-    return {"version": 1, "cap": cap, "inputs": list(INPUT_NAMES), "start_id": START_ID,
+    return {"version": 2, "cap": cap, "inputs": list(INPUT_NAMES), "start_id": START_ID, "measured_on": environment(),
+            "exact_rule": "every answer token is the argmax by more than lengthgen.decode.DECISION_MARGIN",
             "grid": "every N <= 16, then N = round(16*2^(k/4)), plus min(n_max(d), cap)",
             "model": "build_model(n_digits=N, d_model=d, dtype=dtype), default M = 0.5*ln(1000*(3N+5))",
             "seconds": round(time.perf_counter() - t0, 1), "results": results}
 
 
 def merge(old: dict, new: dict) -> dict:
-    """Cached entries updated by freshly measured ones (same dtype and d are replaced); the cap
-    must agree, since entries measured under different caps are not comparable."""
-    if old.get("cap") != new["cap"] or old.get("version") != new["version"]:
-        return new
+    """Cached entries updated by freshly measured ones (same dtype and d are replaced); the cap,
+    the version and the place of measurement must agree."""
+    if old.get("cap") != new["cap"] or old.get("version") != new["version"] or old.get("measured_on") != new["measured_on"]:
+        return new  # entries measured under other caps, rules or kernels are not comparable
     entries = {(e["dtype"], e["d_model"]): e for e in old["results"]}
     entries.update({(e["dtype"], e["d_model"]): e for e in new["results"]})
     order = {dt: i for i, dt in enumerate(DTYPES)}
@@ -199,7 +237,8 @@ def table_lines(data: dict) -> list[str]:
         bound = str(e["n_max"]) if e["n_max"] < 10**9 else f"{float(e['n_max']):.2e}"
         lines.append(f"{e['dtype']:<9} {e['d_model']:>4} {bound:>9} {cert:>12} {exact:>16} {fail:>14}  {reason}")
     lines.append("certified N: margins certificate PASS (float term of the format) at every grid length up to N; "
-                 "largest exact N: measured on the adversarial inputs")
+                 "largest exact N: measured on the adversarial inputs, every answer token decided by a margin")
+    lines.append(environment_label(data.get("measured_on")))
     lines.append(f"adversarial inputs: {', '.join(data['inputs'])}; lengths capped at {data['cap']} digits; "
                  f"grid: {data['grid']}")
     return lines
@@ -225,7 +264,9 @@ def run_precision(args: argparse.Namespace) -> int:
     if bad or args.cap <= 0:
         msg = f"--d-models must all be at least 21, got {bad[0]}" if bad else f"--cap must be positive, got {args.cap}"
         raise UsageError(msg)
-    if args.recompute or not args.json.exists():
+    if not args.recompute and not args.json.exists():
+        raise UsageError(f"--json {args.json}: no such cache file; add --recompute to measure it (minutes)")
+    if args.recompute:
         print(f"measuring {len(args.dtypes)} formats × {len(args.d_models)} widths (cap {args.cap} digits) ...")
         data = recompute(args.dtypes, args.d_models, args.cap)
         if args.json.exists() and not args.fresh:

@@ -1,4 +1,4 @@
-"""Floating-point term of the Theorem 5.1 certificate (issue 3, item 4; design note §9).
+"""Floating-point term of the Theorem 5.1 certificate (docs/certificate.md, "Rounding model").
 
 The margins certificate (:mod:`constructions.addition.certify.margins`) proves that the *real-arithmetic*
 function defined by the weights the model holds adds correctly. This module bounds how far the
@@ -14,7 +14,7 @@ Rounding model (stated, not measured)
      ``(1 + δ)`` with ``|δ| ≤ u`` (IEEE round to nearest); a product by ``0`` or ``±2^k`` and a sum
      with a zero operand are exact. Sums/dot products of ``n`` terms in *any* order (BLAS
      blocking, FMA, pairwise trees) satisfy ``|fl(Σ) − Σ| ≤ γ_n Σ|terms|`` with
-     ``γ_n = n·u/(1 − n·u)`` (Higham, *Accuracy and Stability*, §3.1). Formats that accumulate in
+     ``γ_n = n·u/(1 − n·u)`` (Higham, *Accuracy and Stability*, section 3.1). Formats that accumulate in
      a wider type (bfloat16 matmul on CPU) are covered, since they are at least this accurate.
 (F2) for round to nearest, ``|fl(a + b) − (a + b)| ≤ min(|a|, |b|)``. A sum of attention terms in
      which ``k`` terms are ≈ 1 and the rest are tiny (total ``τ``) therefore has error at most
@@ -31,6 +31,13 @@ Rounding model (stated, not measured)
 
 The bounds are *component-wise worst cases* over every (token, position ID) the format allows,
 computed from the magnitudes of the weights actually held (float64 copies of them, exact).
+
+Evaluating these bounds in float64 rounds too. Every quantity here is built from non-negative
+numbers by ``+``, ``×``, ``/``, ``max`` and one ``log`` (the subtractions ``1 − n·u`` are exact),
+along chains of fewer than :data:`MAX_CHAIN` roundings of relative size ≤ 2^-52 (``log``: 2 ulp),
+so each computed value is at least the exact one times ``(1 − 2^-52)^MAX_CHAIN``. Multiplying by
+:data:`FLOAT_TERM_INFLATION` = 1 + 2^-20 therefore yields an upper bound of the exact value while
+``MAX_CHAIN · 2^-52 ≤ 2^-21``, i.e. for fewer than 2^31 roundings (docs/certificate.md derives it).
 """
 from __future__ import annotations
 
@@ -43,6 +50,8 @@ UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, 
 MAX_FINITE = {"float64": 1.7976931348623157e308, "float32": 3.4028234663852886e38, "float16": 65504.0,
               "bfloat16": 3.3895313892515355e38}
 EXP_ULPS = 2.0  # (F3)
+MAX_CHAIN = 2**31
+FLOAT_TERM_INFLATION = 1 + 2.0**-20
 RESCALES = 4  # (F3)
 
 
@@ -91,12 +100,13 @@ class FloatTerms:
         tiny terms may be lost (≤ 2τ) or merged at the large magnitude (≤ n_keys·u·k); the
         normalizer's relative error adds the same again."""
         lam = np.asarray(lam, dtype=float)[..., None]
-        return 2 * np.minimum(2 * lam, self.tail_cap) * self.tail_base
+        tail = 2 * np.minimum(2 * lam, self.tail_cap) * self.tail_base
+        return np.where(tail == 0, 0.0, np.nextafter(tail * FLOAT_TERM_INFLATION, np.inf))
 
     def describe(self) -> list[str]:
         return [
             f"unit roundoff u = 2^{int(round(math.log2(self.u)))} ({self.dtype}); rounding model (F1)-(F3), "
-            "see constructions/certify_float.py",
+            "see docs/certificate.md",
             f"score rounding at magnitude {self.score_magnitude:.4g} (≈ M·P): |Δscore| ≤ {self.score_error:.3g}",
             f"softmax (exp, normalizer sum, division, rescales): relative ≤ {self.softmax_rel:.3g} per weight",
             f"value path (W_V, weighted sum, W_O, residual add): |Δresid| ≤ {float(np.max(self.resid_error)):.3g}"
@@ -205,8 +215,11 @@ def attention_float_terms(W, dtype: str, n_keys: int, k_max: int) -> FloatTerms:
     if big >= MAX_FINITE[dtype] / 4:
         overflow = f"magnitudes up to {big:.3g} come within 4x of the largest finite {dtype} ({MAX_FINITE[dtype]:.4g})"
     tail_cap = 2 * n_keys * u * k_max
-    return FloatTerms(dtype, u, score_err, score_mag, theta, resid_err, tail_base, tail_cap, pre_err, logit_err,
-                      overflow)
+    if max(len(x_mag), len(pre_mag)) * 64 + n_keys > MAX_CHAIN:
+        raise ValueError("the float term's own rounding is only bounded for fewer than 2^31 operations per chain")
+    up = lambda x: np.where(np.asarray(x) == 0, 0.0, np.nextafter(np.asarray(x, dtype=np.float64) * FLOAT_TERM_INFLATION, np.inf))
+    return FloatTerms(dtype, u, float(up(score_err)), score_mag, float(up(theta)), up(resid_err), up(tail_base),
+                      float(up(tail_cap)), up(pre_err), float(up(logit_err)), overflow)
 
 
 def zero_terms(d: int, d_mlp: int) -> FloatTerms:

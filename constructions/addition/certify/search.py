@@ -1,6 +1,6 @@
-"""Smallest attention sharpness M for which the Theorem 5.1 certificate holds (issue 3, item 2).
+"""Smallest attention sharpness M for which the Theorem 5.1 certificate holds (docs/certificate.md, "Searches").
 
-Only the query and key maps depend on M (design note §3.4–3.5: √M·POS and √(MP)·sink), so the
+Only the query and key maps depend on M (√M·POS and √(MP)·sink, docs/theorem-5-1.md), so the
 model for another M is the given one with W_Q and W_K rebuilt by
 :func:`constructions.addition.model.weight_entries` — the same numbers ``build_model(..., M=M')`` would
 hold (``tests/test_certify_search.py`` checks this). Bisection assumes the certificate is monotone
@@ -60,7 +60,7 @@ def smallest_sharpness(model: Transformer, n: int, M_start: float, dtype: str | 
     def run(M: float) -> Certificate:
         nonlocal steps
         steps += 1
-        return certify(with_sharpness(model, M), n, dtype, cache=cache, interval=False)
+        return certify(with_sharpness(model, M), n, dtype, cache=cache)
 
     hi, c_hi = float(M_start), run(float(M_start))
     while not c_hi.passed:
