@@ -19,8 +19,13 @@ def _sources() -> list[Path]:
     return sorted(files + [ROOT / "README.md", ROOT / "Makefile"] + sorted((ROOT / "docs").glob("*.md")))
 
 
+def _normal(title: str) -> str:
+    """Lower case, without a leading section number ("3. ") or article ("The ")."""
+    return re.sub(r"^(\d+\.\s*)?(the\s+)?", "", title.strip().lower())
+
+
 def _headings(page: Path) -> list[str]:
-    return [line.lstrip("#").strip().lower() for line in page.read_text().splitlines() if line.startswith("#")]
+    return [_normal(line.lstrip("#")) for line in page.read_text().splitlines() if line.startswith("#")]
 
 
 def _citations() -> list[tuple[str, str, str | None]]:
@@ -44,7 +49,7 @@ def test_cited_page_and_heading_exist(where: str, page: str, section: str | None
     assert path.is_file(), f"{where} cites docs/{page}, which does not exist"
     if section is not None:
         headings = _headings(path)
-        assert any(h.startswith(section.lower()) for h in headings), (
+        assert any(h.startswith(_normal(section)) for h in headings), (
             f"{where} cites docs/{page}, \"{section}\", but that page has no such heading: {headings}")
 
 

@@ -1,7 +1,7 @@
 """The attention half of the Theorem 5.1 certificate, in interval arithmetic.
 
 For one head and every answer position (``=``, c_0 … c_n) of an n-digit input this module encloses
-the two numbers the certificate needs (docs/certificate.md, "Attention"):
+the two numbers the certificate needs (docs/certificate.md, "The argument"):
 
 * the **leak** λ: the softmax mass outside the attended set S = {``$``} ∪ {visible keys at ID q*},
   relative to the mass on S, for *every* input of the format;
