@@ -4,12 +4,13 @@
 The model predicts c_{i+1} at the token c_i (ID q = e − 1 − i; the ``=`` token plays c_{−1} with
 digit 0) from the identity, for b = 10·b_1 + b_0 and every i ≥ −1,
 
-    c_{i+1} = ⌈T/100⌉ mod 10,   T = b_0·A0 + b_1·A1 − 10·c_i − c_{i−1},
+    c_{i+1} = ⌊(T + 54)/100⌋ mod 10,   T = b_0·A0 + b_1·A1 − 10·c_i,
     A0 = 100·a_{i+1} + 10·a_i + a_{i−1},   A1 = 100·a_i + 10·a_{i−1} + a_{i−2}
 
-(digits outside the operands are 0). It holds because the carry into place i+1 is the only integer
-in [X, X + 0.17], X = (a_i·b_0 + a_{i−1}·b_1 − c_i)/10 + (a_{i−1}·b_0 + a_{i−2}·b_1 − c_{i−1})/100
-(the carry two places down is at most 17): two answer digits of look-back replace the unbounded carry.
+(digits outside the operands are 0). Why: with U = a_{i+1}·b_0 + a_i·b_1 and the carries κ_j into
+place j, the column sums give T = 100·(U + κ_{i+1}) − κ_{i−1} + c_{i−1}, and κ_{i−1} ≤ 17,
+c_{i−1} ≤ 9, so T − 100·K ∈ [−17, 9] for K = U + κ_{i+1}, whose last digit is c_{i+1}. Two places
+of look-back in a replace the unbounded carry chain; the answer digit c_{i−1} is not needed.
 
 Scores are q·k with scale 1. M is the sharpness, P the position dimensions.
 """
@@ -24,9 +25,12 @@ from .layout import position_dims, residual_basis
 
 HeadWeights = dict[str, MatrixBuilder]  # keys W_Q, W_K, W_V, W_O
 MUL_SCALE = 1000  # > max A (999): the product units switch off a term when b < k
-STEP_EDGES = (0.25, 0.75)  # a step of T between integers t and t + 1 ramps over t + 0.25 .. t + 0.75
+#: T lies in [100K − 17, 100K + 9] (module docstring): the step from K to K + 1 ramps over
+#: 100K + 45 .. 100K + 47, in the middle of the gap (100K + 9, 100K + 83), so an error of up to 36
+#: in T changes nothing
+STEP_EDGES = (45.0, 47.0)
 EOS_EDGES = (0.2, 0.3)
-MAX_CARRIED = 180  # ⌈T/100⌉ ≤ 162 + 17 = 179 for consistent inputs
+MAX_CARRIED = 180  # K = U + κ_{i+1} ≤ 162 + 17 = 179
 
 
 def head_basis(P: int) -> NamedBasis:
@@ -112,19 +116,6 @@ def a_digit_head(name: str) -> Callable[[NamedBasis, NamedBasis, float, int], He
     return build
 
 
-def previous_answer_head(resid: NamedBasis, head: NamedBasis, M: float, P: int) -> HeadWeights:
-    """Layer 2, read c_{i−1} (ID q + 1) restricted to the answer segment: score
-    M⟨v_{q+1}, v_p⟩ + (MP + 2M)·IS_BOS + 6M·SEEN_EQ, maximal on {$, c_{i−1}} (``=`` stands for
-    c_{−1} = 0); a and b digits with that ID score MP. Output 2·mean → C_PREV."""
-    w = _head(resid, head)
-    w["W_Q"].add_block("POS_PLUS1", "pos", math.sqrt(M)).add("ONE", "sink", math.sqrt(M * P)).add("ONE", "type", 1)
-    w["W_K"].add_block("POS", "pos", math.sqrt(M)).add("IS_BOS", "sink", math.sqrt(M * P))
-    w["W_K"].add("IS_BOS", "type", 2 * M).add("SEEN_EQ", "type", 6 * M)
-    w["W_V"].add("NUM", "val_0", 1)
-    w["W_O"].add("val_0", "C_PREV", 2)
-    return w
-
-
 #: (layer, head) -> (what the head reads, its builder)
 HEADS: dict[tuple[int, int], tuple[str, Callable]] = {
     (0, 0): ("separators seen ($, *, =)", segment_head),
@@ -132,9 +123,8 @@ HEADS: dict[tuple[int, int], tuple[str, Callable]] = {
     (1, 0): ("b_0", b_digit_head(0)),
     (1, 1): ("b_1", b_digit_head(1)),
     **{(1, 2 + k): (name, a_digit_head(name)) for k, name in enumerate(A_HEADS)},
-    (1, 6): ("c_{i-1}", previous_answer_head),
 }
-N_HEADS = 7
+N_HEADS = 6
 
 
 # ------------------------------------------------------------------ MLPs and readout
@@ -163,16 +153,16 @@ def digit_mlp_basis() -> NamedBasis:
 
 
 def digit_mlp(resid: NamedBasis) -> tuple[MatrixBuilder, MatrixBuilder]:
-    """Layer 3 MLP: DIGIT = one-hot of ⌈T/100⌉ mod 10 with T = PROD − 10·NUM − C_PREV, as
-    1[DIGIT 0] + Σ_m step_m·(1[DIGIT (m+1) mod 10] − 1[DIGIT m mod 10]), step_m = [T ≥ 100m + 1]
-    (a ramp over 100m + 0.25 .. 100m + 0.75); IS_EOS = ramp(EOS_PRE; 0.2 → 0.3)."""
+    """Layer 3 MLP: DIGIT = one-hot of K mod 10, K = ⌊(T + 54)/100⌋, T = PROD − 10·NUM, as
+    1[DIGIT 0] + Σ_m step_m·(1[DIGIT (m+1) mod 10] − 1[DIGIT m mod 10]), step_m = [K > m]
+    (a ramp over T = 100m + 45 .. 100m + 47, see STEP_EDGES); IS_EOS = ramp(EOS_PRE; 0.2 → 0.3)."""
     units = digit_mlp_basis()
     W_in, W_out = MatrixBuilder(resid, units), MatrixBuilder(units, resid)
     width = STEP_EDGES[1] - STEP_EDGES[0]
     for m in range(MAX_CARRIED):
         for edge, sign in zip(STEP_EDGES, (1, -1)):
             unit = f"T>{100 * m}_{edge}"
-            W_in.add("PROD", unit, 1).add("NUM", unit, -10).add("C_PREV", unit, -1).add("ONE", unit, -(100 * m + edge))
+            W_in.add("PROD", unit, 1).add("NUM", unit, -10).add("ONE", unit, -(100 * m + edge))
             W_out.add(unit, f"DIGIT[{(m + 1) % 10}]", sign / width).add(unit, f"DIGIT[{m % 10}]", -sign / width)
     W_in.add("ONE", "base", 1)
     W_out.add("base", "DIGIT[0]", 1)

@@ -1,11 +1,11 @@
 """Residual layout, position code and capacity of the N×2 multiplication construction
 (docs/multiplication.md).
 
-Residual stream, d = 26 + 4P (+ unused dimensions when d − 26 is not a multiple of 4):
+Residual stream, d = 25 + 4P (+ unused dimensions when d − 25 is not a multiple of 4):
 
     written by the embedding:      NUM, IS_BOS, ONE, IS_STAR, IS_EQ
     written by layer 1 attention:  SEEN_STAR, SEEN_EQ, NEXT_SEP
-    written by layer 2 attention:  B0, B1, A0, A1, C_PREV, EOS_PRE
+    written by layer 2 attention:  B0, B1, A0, A1, EOS_PRE
     written by layer 2 MLP:        PROD
     written by layer 3 MLP:        DIGIT[0..9], IS_EOS
     position code (W_pos):         POS[P], POS_MINUS1[P], POS_PLUS1[P], POS_PLUS2[P]
@@ -29,10 +29,10 @@ from lengthgen.basis import NamedBasis
 TOKEN_BLOCKS: list[tuple[str, int | None]] = [
     ("NUM", None), ("IS_BOS", None), ("ONE", None), ("IS_STAR", None), ("IS_EQ", None),
     ("SEEN_STAR", None), ("SEEN_EQ", None), ("NEXT_SEP", None),
-    ("B0", None), ("B1", None), ("A0", None), ("A1", None), ("C_PREV", None), ("EOS_PRE", None),
+    ("B0", None), ("B1", None), ("A0", None), ("A1", None), ("EOS_PRE", None),
     ("PROD", None), ("DIGIT", 10), ("IS_EOS", None),
 ]
-N_TOKEN_DIMS = 26
+N_TOKEN_DIMS = 25
 #: ID offset of each position block: the block holds v_{p + offset} for a token with ID p
 POSITION_BLOCKS = {"POS": 0, "POS_MINUS1": -1, "POS_PLUS1": 1, "POS_PLUS2": 2}
 START_ID = 2  # s: the answer's last digit c_{N+1} gets ID s, so the query for a_{N+2} targets s − 1 ≥ 1
@@ -41,9 +41,9 @@ DEFAULT_TABLE_DIGITS = 10_000
 
 
 def position_dims(d_model: int) -> int:
-    """P = ⌊(d − 26)/4⌋ dimensions per position block."""
+    """P = ⌊(d − 25)/4⌋ dimensions per position block."""
     if d_model < N_TOKEN_DIMS + 8:
-        raise CapacityError(f"d_model must be at least {N_TOKEN_DIMS + 8} (26 token dimensions + 4·2 position dimensions), got {d_model}")
+        raise CapacityError(f"d_model must be at least {N_TOKEN_DIMS + 8} (25 token dimensions + 4·2 position dimensions), got {d_model}")
     return (d_model - N_TOKEN_DIMS) // 4
 
 

@@ -1,7 +1,7 @@
 """N×2 multiplication with coupled positions (Cho et al., "Position Coupling", NeurIPS 2024,
 which applies coupling to N×2 multiplication and states a depth-2 construction for it): a
 hand-set 3-layer decoder-only transformer that multiplies an N-digit number by a number below 100,
-for N ≤ 2^⌊(d−26)/4⌋ − 6.
+for N ≤ 2^⌊(d−25)/4⌋ − 6.
 
 The format and the position IDs are those of ``lengthgen.tasks.MULTIPLICATION_NX2`` (the authors'
 coupled format: a_i, b_i and c_i share ID e − 1 − i; ``*`` and ``=`` share e). The paper's own
@@ -10,12 +10,13 @@ construction was not available to check against, so the mechanism here is **desi
 
 * layer 1 (2 heads) tells the segments apart — a digit of a, b or the answer has the same token and
   may have the same ID, so no head can single out b_0 before it knows which segment a key is in;
-* layer 2 (7 heads) reads b_0, b_1, a_{i+1}, a_i, a_{i−1}, a_{i−2} and c_{i−1}; its MLP forms the
-  products b_0·A0 + b_1·A1 (see :mod:`.heads`);
-* layer 3 (no attention) turns T into the digit ⌈T/100⌉ mod 10 and detects the end.
+* layer 2 (6 heads) reads b_0, b_1, a_{i+1}, a_i, a_{i−1} and a_{i−2}; its MLP forms the products
+  b_0·A0 + b_1·A1 (see :mod:`.heads`);
+* layer 3 (no attention) turns T = b_0·A0 + b_1·A1 − 10·c_i into the digit ⌊(T + 54)/100⌋ mod 10
+  and detects the end.
 
 Why 3 layers, not the paper's 2: the products need one ReLU layer after the operands are gathered
-and the digit ⌈T/100⌉ mod 10 another, and the gathering itself can only happen in layer 2 (layer 1's
+and the digit of T another, and the gathering itself can only happen in layer 2 (layer 1's
 keys carry no segment). docs/multiplication.md says what a 2-layer version would have to change.
 """
 from __future__ import annotations
@@ -42,10 +43,9 @@ NOTES = {
     "embed.W_E": "digit k -> NUM = k; every token -> ONE; '$' -> IS_BOS, '*' -> IS_STAR, '=' -> IS_EQ.",
     "pos_embed.W_pos": "ID p -> POS = v_p, POS_MINUS1 = v_{p-1}, POS_PLUS1 = v_{p+1}, POS_PLUS2 = v_{p+2} (hypercube code, v_0 = 0).",
     "blocks.0.attn.W_Q": "Layer 1: head 0 averages over the separators seen ($ * =) -> segment flags; head 1 looks one ID up for a separator (marks b_0).",
-    "blocks.1.attn.W_Q": "Layer 2: heads 0-1 read b_0, b_1 by segment flags; heads 2-5 read a_{i+1}, a_i, a_{i-1}, a_{i-2} by coupled ID within a's segment;\n"
-    "head 6 reads the previous answer digit c_{i-1}.",
+    "blocks.1.attn.W_Q": "Layer 2: heads 0-1 read b_0, b_1 by segment flags; heads 2-5 read a_{i+1}, a_i, a_{i-1}, a_{i-2} by coupled ID within a's segment.",
     "blocks.1.mlp.W_in": "Units 0-35: PROD = b_0*A0 + b_1*A1 via b*A = sum_k ReLU(A + 1000(b-k)) - ReLU(1000(b-k)).",
-    "blocks.2.mlp.W_in": "T = PROD - 10*NUM - C_PREV; steps at T = 100m + 1/2 (m < 180) -> DIGIT one-hot of ceil(T/100) mod 10; EOS ramp.",
+    "blocks.2.mlp.W_in": "T = PROD - 10*NUM; steps at T = 100m + 46 (m < 180) -> DIGIT one-hot of floor((T+54)/100) mod 10; EOS ramp.",
     "unembed.W_U": "logit(k) = DIGIT[k]; logit('$') = 2*IS_EOS.",
 }
 
@@ -108,10 +108,10 @@ def build_model(
         model.pos_embed.W_pos.copy_(position_table(d_model, n_positions, dtype))
     model.eval().requires_grad_(False)
     meta = {
-        "name": "N×2 multiplication with coupled positions: 3 layers, 9 heads",
+        "name": "N×2 multiplication with coupled positions: 3 layers, 8 heads",
         "author": "lengthgen (construction designed after Cho et al., NeurIPS 2024)",
         "params": sum(p.numel() for p in model.parameters()),
-        "architecture": f"3 layers (attention heads 2 + 7 + 0), d_model={d_model}, d_head={cfg.d_head}, d_mlp={d_mlp}, ReLU, no LayerNorm",
+        "architecture": f"3 layers (attention heads 2 + 6 + 0), d_model={d_model}, d_head={cfg.d_head}, d_mlp={d_mlp}, ReLU, no LayerNorm",
         "tricks": "coupled position IDs, hypercube position code, BOS attention sink, segment flags, two-digit carry look-back",
         "d_model": d_model, "P": P, "M": M, "max_digits": table, "bound_digits": bound,
         "leak_bound": n_tokens * float(np.exp(-2 * M)),
