@@ -30,3 +30,16 @@ def wrong_pairs(model, pairs: list[tuple[str, int]]) -> list[tuple[str, int]]:
         if any(d < 0 or d > 9 for d in digits) or pred[-1] != inst.tokens[-1] or int("".join(map(str, digits))) != int(a) * b:
             wrong.append((a, b))
     return wrong
+
+
+def expected_sets(n: int, query: int) -> list[set[int]]:
+    """Keys each layer-2 head should attend to from the query at sequence index ``query``
+    (the token c_i, i = query − (n + 5); '=' is i = −1), computed from the layout alone."""
+    a = {j: n - j for j in range(n)}  # a_j sits at index n − j ('$' is index 0)
+    b = {0: n + 3, 1: n + 2}
+    i = query - (n + 5)
+
+    def a_set(j: int) -> set[int]:
+        return {0, a[j]} if 0 <= j < n else {0}
+
+    return [{b[0]}, {b[1]}, a_set(i + 1), a_set(i), a_set(i - 1), a_set(i - 2)]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import example, given, settings, strategies as st
-from multiplication_checks import all_pairs, model_for, wrong_pairs
+from multiplication_checks import all_pairs, expected_sets, model_for, wrong_pairs
 
 from constructions.multiplication import (
     CapacityError, build_model, check_operands, d_model_for, instance, max_digits_for, multiply, multiply_many,
@@ -54,19 +54,6 @@ def test_segment_flags() -> None:
 
 
 # ----------------------------------------------------------------- layer 2: attention sets
-def expected_sets(n: int, query: int) -> list[set[int]]:
-    """Keys each layer-2 head should attend to from the query at sequence index ``query``
-    (the token c_i, i = query − (n + 5); '=' is i = −1), computed from the layout alone."""
-    a = {j: n - j for j in range(n)}  # a_j sits at index n − j ('$' is index 0)
-    b = {0: n + 3, 1: n + 2}
-    i = query - (n + 5)
-
-    def a_set(j: int) -> set[int]:
-        return {0, a[j]} if 0 <= j < n else {0}
-
-    return [{b[0]}, {b[1]}, a_set(i + 1), a_set(i), a_set(i - 1), a_set(i - 2)]
-
-
 @settings(max_examples=8)
 @given(a=st.integers(0, 10**12 - 1), b=st.integers(0, 99))
 @example(a=10**12 - 1, b=99)
