@@ -52,3 +52,20 @@ def test_measured_gaps_and_errors_lie_inside_the_budget() -> None:
         for name, want in errors.items():
             assert abs(float(resid[q, basis.index(name)]) - want) <= (9 if name[0] == "B" else 1998) * budget["eta"] + 1e-9
     assert math.isfinite(budget["dT"]) and budget["certified"]
+
+
+def test_proposition_5_2_search_distinguishes_the_construction_and_fools_its_nope_twin() -> None:
+    """The construction (coupled IDs, 3 layers) tells every permutation pair of 2-digit prompts
+    apart; the same weights without positions — here cut to one layer, Proposition 5.2's setting —
+    are fooled."""
+    from constructions.copying import nope_twin
+    from constructions.nope.search import coupled_pos_ids, find_counterexample, search
+
+    model, _ = model_for(n_digits=2)
+    report = search(model, "multiplication_nx2", 2, pos_ids_fn=coupled_pos_ids("multiplication_nx2", start=2))
+    assert report.mode == "exhaustive" and report.certificate is None and report.pairs_compared > 0
+    twin = nope_twin(model)
+    twin.blocks = twin.blocks[:1]
+    twin.cfg.n_layers = 1
+    cert = find_counterexample(twin, "multiplication_nx2", 2)
+    assert cert.verify(twin) and sorted(cert.prompt_a.text) == sorted(cert.prompt_b.text)
