@@ -1,7 +1,6 @@
 """N×2 multiplication with coupled positions (Cho et al., "Position Coupling", NeurIPS 2024,
-which applies coupling to N×2 multiplication and states a depth-2 construction for it): a
-hand-set 3-layer decoder-only transformer that multiplies an N-digit number by a number below 100,
-for N ≤ 2^⌊(d−25)/4⌋ − 6.
+which applies coupling to N×2 multiplication): a hand-set 3-layer decoder-only transformer that
+multiplies an N-digit number by a number below 100, for N ≤ 2^⌊(d−25)/4⌋ − 6.
 
 The format and the position IDs are those of ``lengthgen.tasks.MULTIPLICATION_NX2`` (the authors'
 coupled format: a_i, b_i and c_i share ID e − 1 − i; ``*`` and ``=`` share e). The paper's own
@@ -15,7 +14,8 @@ construction was not available to check against, so the mechanism here is **desi
 * layer 3 (no attention) turns T = b_0·A0 + b_1·A1 − 10·c_i into the digit ⌊(T + 54)/100⌋ mod 10
   and detects the end.
 
-Why 3 layers, not the paper's 2: the products need one ReLU layer after the operands are gathered
+Why 3 layers (the paper's version is recalled as depth 2, a statement not checked here against
+its text; docs/multiplication.md): the products need one ReLU layer after the operands are gathered
 and the digit of T another, and the gathering itself can only happen in layer 2 (layer 1's
 keys carry no segment). docs/multiplication.md says what a 2-layer version would have to change.
 """
