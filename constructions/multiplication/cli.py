@@ -1,0 +1,155 @@
+"""Command line for the N×2 multiplication construction: ``python -m constructions.multiplication``.
+
+Builds the model, multiplies with the transformer, and checks the product against Python integer
+arithmetic. Exit status: 0 exactly right, 1 wrong (the first wrong answer position is printed),
+2 bad input (one line on stderr).
+
+Modes: ``teacher`` runs one forward pass over prompt + true answer and checks the decided argmax
+(lengthgen.decode.decided_argmax) at every answer position; by induction over decoding steps this
+is equivalent to greedy exact match. ``greedy`` decodes token by token with a key/value cache.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from constructions.addition.cli import _attention_progress_bar, _rss_peak_bytes, read_operand, resolve_device
+from lengthgen.cli import ArgumentParser, UsageError, run_cli
+
+PROG = "python -m constructions.multiplication"
+EPILOG = f"""examples:
+  {PROG} --digits 100000
+  {PROG} --a 653 --b 49 --mode greedy
+  {PROG} --a @a.txt --b 97 --output product.txt --json
+exit status: 0 the model's product is exactly right, 1 it is wrong, 2 bad input"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = ArgumentParser(
+        prog=PROG,
+        description="N×2 multiplication with coupled positions (after Cho et al. 2024, Position Coupling): build "
+        "the 3-layer transformer, multiply an N-digit number by a number below 100 with it, and check the "
+        "product against exact integer arithmetic (docs/multiplication.md).",
+        epilog=EPILOG,
+    )
+    src = p.add_argument_group("operands (either --digits, or --a and --b)")
+    src.add_argument("--digits", type=int, help="multiply a random N-digit number by a random b in 10..99")
+    src.add_argument("--seed", type=int, default=0, help="random seed for --digits (default 0)")
+    src.add_argument("--a", help="first operand: decimal digits, or @PATH to a file of digits")
+    src.add_argument("--b", help="second operand, 0..99: decimal digits, or @PATH to a file of digits")
+    p.add_argument("--d-model", type=int, help="embedding dimension d >= 33 (default: the smallest that fits)")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="default auto: cuda when available")
+    p.add_argument("--dtype", default="float32", choices=["float32", "float64"], help="default float32")
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--mode", default="teacher", choices=["teacher", "greedy"],
+                   help="teacher: one forward pass checking every answer token (default); greedy: decode with a KV cache")
+    p.add_argument("--output", type=Path, help="write the model's product (decimal digits) to this file")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def operands_from(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray]:
+    if args.digits is not None:
+        if args.a is not None or args.b is not None:
+            raise UsageError("give either --digits or --a/--b, not both")
+        if args.digits < 1:
+            raise UsageError(f"--digits must be at least 1, got {args.digits}")
+        rng = np.random.default_rng(args.seed)
+        a = rng.integers(0, 10, size=args.digits, dtype=np.uint8)
+        a[0] = rng.integers(1, 10) if args.digits > 1 else a[0]
+        return a, np.array(divmod(int(rng.integers(10, 100)), 10), dtype=np.uint8)
+    if args.a is None or args.b is None:
+        raise UsageError("give --digits N, or both --a and --b")
+    a, b = read_operand(args.a, "a"), read_operand(args.b, "b")
+    b = b[np.argmax(b != 0):] if b.any() else b[-1:]  # leading zeros of b do not count
+    if len(b) > 2:
+        raise UsageError(f"--b must be at most 99 (N×2 multiplication), got {len(b)} digits")
+    return a, b
+
+
+def run(args: argparse.Namespace) -> dict:
+    import torch
+
+    from lengthgen.decode import greedy_generate
+
+    from .model import TASK, CapacityError, build_model, instance, teacher_predictions
+
+    if args.threads is not None:
+        if args.threads < 1:
+            raise UsageError(f"--threads must be at least 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
+    a, b = operands_from(args)
+    device = resolve_device(args.device)
+    try:
+        model, meta = build_model(n_digits=len(a), d_model=args.d_model, dtype=args.dtype, device=device)
+    except CapacityError as exc:
+        raise UsageError(str(exc)) from None
+    inst = instance(a, b)
+    expected = inst.answer_tokens
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    start = time.perf_counter()
+    show_progress = not args.no_progress and not args.json and sys.stderr.isatty()
+    if args.mode == "teacher":
+        with _attention_progress_bar(show_progress):
+            pred = teacher_predictions(model, [inst])[0]
+    else:
+        pred = np.array(greedy_generate(
+            model, inst.tokens[: inst.prompt_len], inst.pos_ids[: inst.prompt_len],
+            new_pos_ids=inst.pos_ids[inst.prompt_len:], stop_token=TASK.EOS, progress=show_progress,
+        ))
+    if device == "cuda":
+        torch.cuda.synchronize()
+    seconds = time.perf_counter() - start
+    peak = torch.cuda.max_memory_allocated() if device == "cuda" else _rss_peak_bytes()
+    length = min(len(pred), len(expected))
+    mismatch = np.nonzero(pred[:length] != expected[:length])[0]
+    first_wrong = int(mismatch[0]) if len(mismatch) else (None if len(pred) == len(expected) else length)
+    return {
+        "digits": int(len(a)), "b": int("".join(map(str, b))), "correct": first_wrong is None,
+        "n_tokens": int(len(inst.tokens)), "d_model": meta["d_model"], "layers": model.cfg.n_layers,
+        "device": device, "dtype": args.dtype, "mode": args.mode, "threads": torch.get_num_threads(),
+        "seconds": round(seconds, 3), "peak_memory_bytes": int(peak), "first_wrong_position": first_wrong,
+        "M": meta["M"], "leak_bound": meta["leak_bound"], "_pred": pred,
+    }
+
+
+def product_digits(pred: np.ndarray) -> str:
+    """The answer tokens c_0..c_{N+1} (reversed product) as a decimal string, most significant first;
+    an undecided or non-digit prediction is written as '?'."""
+    text = "".join(str(int(t)) if 0 <= t <= 9 else "?" for t in pred[:-1][::-1]).lstrip("0")
+    return text or "0"
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_cli(PROG, lambda: _main(argv))
+
+
+def _main(argv: list[str] | None) -> int:
+    args = build_parser().parse_args(argv)
+    result = run(args)
+    pred = result.pop("_pred")
+    if args.output is not None:
+        try:
+            args.output.write_text(product_digits(pred) + "\n")
+        except OSError as exc:
+            raise UsageError(f"cannot write --output {args.output}: {exc.strerror or exc}") from None
+    if args.json:
+        print(json.dumps(result))
+    else:
+        verdict = "EXACT" if result["correct"] else f"WRONG at answer position {result['first_wrong_position']}"
+        print(
+            f"{verdict}: {result['digits']}-digit × {result['b']}, {result['n_tokens']} tokens, d_model={result['d_model']}, "
+            f"{result['layers']} layers, {result['device']}/{result['dtype']}, {result['threads']} thread(s), mode={result['mode']}, "
+            f"{result['seconds']:.2f} s, peak memory {result['peak_memory_bytes'] / 2**20:.0f} MiB, "
+            f"M={result['M']:.3f} (softmax leak <= {result['leak_bound']:.1e})"
+        )
+        if not result["correct"]:
+            print("answer positions count from c_0 (the ones digit); the last position is the final '$'")
+    return 0 if result["correct"] else 1
