@@ -22,7 +22,7 @@ demo: setup
 	$(BIN)/python -m constructions.addition --digits 100000
 
 test: setup
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2
 
 bench: setup
 	$(BIN)/python bench/bench_addition.py

@@ -22,3 +22,5 @@ if "$PY" -c "import transformer_lens" 2>/dev/null; then
 else
     echo "skipping figures/patching.png: TransformerLens is not installed (pip install -e '.[interp]')" >&2
 fi
+#  6. the heads of the N×2 multiplication construction.
+"$PY" -m constructions.multiplication.figure
