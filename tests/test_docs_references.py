@@ -11,7 +11,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SOURCE_DIRS = ("src", "constructions", "rasp", "tests", "examples", "bench", "figures")
 CITATION = re.compile(r'docs/([a-z0-9-]+\.md)(?:,\s*((?:"[^"\n]+"(?:,\s*)?)+))?')
 QUOTED = re.compile(r'"([^"\n]+)"')
-FORBIDDEN = re.compile(r"shared/design|shared/seeds|design note|\bissue \d|\bissues? #\d")
+OUTSIDE_NOTES = ("shared" + "/", "design" + " note")  # spelled apart so this file does not match itself
+FORBIDDEN = re.compile("|".join(OUTSIDE_NOTES) + r"|\bissue" + r" \d|\bissues? #\d")
 
 
 def _sources() -> list[Path]:
@@ -54,6 +55,6 @@ def test_cited_page_and_heading_exist(where: str, page: str, section: str | None
 
 
 def test_nothing_user_facing_points_outside_the_project() -> None:
-    hits = [f"{p.relative_to(ROOT)}:{i}: {line.strip()}" for p in _sources() if p.name != Path(__file__).name
+    hits = [f"{p.relative_to(ROOT)}:{i}: {line.strip()}" for p in _sources()
             for i, line in enumerate(p.read_text().splitlines(), 1) if FORBIDDEN.search(line)]
     assert not hits, "\n".join(hits)
