@@ -1,5 +1,5 @@
 """Every place the code cites the project's documentation points at a page and a heading that exist,
-and nothing user-facing points outside the project (design notes, issue numbers)."""
+and nothing user-facing points at notes outside the project or at tracker numbers."""
 from __future__ import annotations
 
 import re
