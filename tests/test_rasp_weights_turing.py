@@ -88,3 +88,14 @@ def test_to_transformer_from_the_interpreters_program():
     compiled = compile_turing_machine(tm, n).to_transformer(len(ref))
     assert compiled.greedy(ref[:len(tape) + 2], len(ref)) == ref
     assert rasp.compile_to_transformer is rasp.weights.compile_to_transformer
+
+
+def test_figure_cli_refuses_bad_input_in_one_line(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "rasp.weights.plot", "--input", "9x9", "--out", str(tmp_path / "x.png")],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip().count("\n") == 0 and "addition input must look like" in done.stderr
+    assert not (tmp_path / "x.png").exists()

@@ -8,13 +8,14 @@ reference trace, the compiler's BOS first), titled with the RASP operation it im
 """
 from __future__ import annotations
 
-import argparse
 import textwrap
 from pathlib import Path
 
 import torch
 
+from lengthgen.cli import ArgumentParser, UsageError, run_cli
 from lengthgen.plot import save_figure
+from rasp.errors import MachineInputError
 from rasp.library import TASKS
 from rasp.machines import Vocab, build_trace, min_ngram, simulate, split_configs
 from rasp.weights.turing import transformer_program
@@ -56,14 +57,25 @@ def draw(task: str, text: str, out: list[Path]) -> None:
     save_figure(fig, out)
 
 
+PROG = "python -m rasp.weights.plot"
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description="Attention heads of the compiled Turing-Program simulator.")
-    p.add_argument("--task", default="addition", choices=sorted(TASKS))
-    p.add_argument("--input", default="58+67")
-    p.add_argument("--out", nargs="+", type=Path, default=[Path("figures/turing_attention.png")])
-    args = p.parse_args(argv)
-    draw(args.task, args.input, args.out)
-    return 0
+    def run() -> int:
+        p = ArgumentParser(prog=PROG, description="Attention heads of the compiled Turing-Program simulator on one "
+                           "short trace, each panel titled with the RASP select it implements (docs/turing-programs.md).")
+        p.add_argument("--task", default="addition", choices=sorted(TASKS), help="library machine (default addition)")
+        p.add_argument("--input", default="58+67", help="the machine's input (default 58+67)")
+        p.add_argument("--out", nargs="+", type=Path, default=[Path("figures/turing_attention.png")],
+                       help="figure path(s); .png and .pdf (default figures/turing_attention.png)")
+        args = p.parse_args(argv)
+        try:
+            draw(args.task, args.input, args.out)
+        except MachineInputError as exc:
+            raise UsageError(str(exc)) from None
+        return 0
+
+    return run_cli(PROG, run)
 
 
 if __name__ == "__main__":
