@@ -44,6 +44,17 @@ def test_modes_agree_and_leading_zeros_of_b_are_allowed(mode: str, capsys: pytes
     assert main(["--a", "653", "--b", "049", "--mode", mode, "--json", "--dtype", "float64"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["correct"] and result["b"] == 49 and result["mode"] == mode
+    assert result["product"] == str(653 * 49)
+
+
+def test_the_product_is_printed(capsys: pytest.CaptureFixture) -> None:
+    assert main(["--a", "9" * 1200, "--b", "97"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    expected = str((10**1200 - 1) * 97)
+    assert lines[0].startswith("EXACT")
+    assert lines[1] == f"product: {expected[:40]}...{expected[-40:]} ({len(expected)} digits; --output FILE writes all of them)"
+    assert main(["--a", "653", "--b", "49"]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == "product: 31997"
 
 
 def test_a_wrong_answer_exits_1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:

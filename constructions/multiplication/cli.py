@@ -18,7 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from constructions.addition.cli import _attention_progress_bar, _rss_peak_bytes, read_operand, resolve_device
+from constructions.addition.cli import (_attention_progress_bar, _rss_peak_bytes, abbreviated, read_operand,
+                                        resolve_device)
 from lengthgen.cli import ArgumentParser, UsageError, run_cli
 
 PROG = "python -m constructions.multiplication"
@@ -134,10 +135,10 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     result = run(args)
-    pred = result.pop("_pred")
+    result["product"] = product_digits(result.pop("_pred"))
     if args.output is not None:
         try:
-            args.output.write_text(product_digits(pred) + "\n")
+            args.output.write_text(result["product"] + "\n")
         except OSError as exc:
             raise UsageError(f"cannot write --output {args.output}: {exc.strerror or exc}") from None
     if args.json:
@@ -150,6 +151,9 @@ def _main(argv: list[str] | None) -> int:
             f"{result['seconds']:.2f} s, peak memory {result['peak_memory_bytes'] / 2**20:.0f} MiB, "
             f"M={result['M']:.3f} (softmax leak <= {result['leak_bound']:.1e})"
         )
+        label = "product" if result["correct"] or args.mode == "greedy" else "per-position predictions (true prefix)"
+        print(f"{label}: {abbreviated(result['product'])}")
         if not result["correct"]:
-            print("answer positions count from c_0 (the ones digit); the last position is the final '$'")
+            print("answer positions count from c_0 (the ones digit); the last position is the final '$'; "
+                  "'?' marks an undecided prediction")
     return 0 if result["correct"] else 1
