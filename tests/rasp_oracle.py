@@ -5,6 +5,8 @@ selection matrices and Python comparisons, sharing no code with :mod:`rasp.kerne
 """
 from __future__ import annotations
 
+from hypothesis import strategies as st
+
 from rasp.errors import AmbiguousAggregateError, RASPTypeError
 
 
@@ -73,3 +75,50 @@ def ref_eval(expr, toks, causal):
         return [[op(x, y) for x, y in zip(ra, rb)] for ra, rb in zip(a, b)]
 
     return sop(expr)
+
+
+# --- Random programs for the property tests (shared by the interpreter and fast-path tests) ---
+
+def selector_trees(atom: st.SearchStrategy, kinds: list[str]) -> st.SearchStrategy:
+    """A strategy of selectors: ``atom`` leaves combined by ``&``, ``|`` and ``~`` (drawn from
+    ``kinds``) up to depth 2."""
+    from hypothesis import strategies as st
+
+    @st.composite
+    def trees(draw, depth: int = 2):
+        if depth == 0 or draw(st.booleans()):
+            return draw(atom)
+        kind = draw(st.sampled_from(kinds))
+        if kind == "not":
+            return ~draw(trees(depth - 1))
+        a, b = draw(trees(depth - 1)), draw(trees(depth - 1))
+        return a & b if kind == "and" else a | b
+
+    return trees()
+
+
+def random_programs(selectors: st.SearchStrategy) -> st.SearchStrategy:
+    """A strategy of one-op programs over ``selectors``: SelectorWidth, or a max/min/mean aggregate
+    (categorical or numerical) of tokens, indices or a Map of tokens."""
+    from rasp import Aggregate, Map, SelectorWidth, indices, numerical, tokens
+
+    @st.composite
+    def programs(draw):
+        sel = draw(selectors)
+        kind = draw(st.sampled_from(["width", "max", "min", "cmean", "nmean"]))
+        if kind == "width":
+            return SelectorWidth(sel)
+        vals = draw(st.sampled_from([tokens, indices, Map(lambda t: t % 2, tokens)]))
+        if kind == "nmean":
+            return numerical(Aggregate(sel, numerical(vals), default=0))
+        return Aggregate(sel, vals, default=-1, reduce="mean" if kind == "cmean" else kind)
+
+    return programs()
+
+
+def outcome(fn):
+    """The column ``fn()`` returns (floats rounded to 9 places), or the name of the RASP error it raises."""
+    try:
+        return ("ok", [round(x, 9) if isinstance(x, float) else x for x in fn()])
+    except (RASPTypeError, AmbiguousAggregateError) as exc:
+        return ("error", type(exc).__name__)

@@ -11,9 +11,9 @@ from hypothesis import given, settings, strategies as st
 
 from rasp import (Aggregate, Comparison, ConstantSelector, Full, IncrementalEvaluator, Map,
                   Select, SelectorWidth, evaluate, indices, length, numerical, tokens)
-from rasp.errors import AmbiguousAggregateError, RASPTypeError
+from rasp.errors import RASPTypeError
 from rasp.kernels import classify
-from rasp_oracle import ref_eval
+from rasp_oracle import outcome, random_programs, ref_eval, selector_trees
 
 EQ, LT, LEQ, GT, GEQ, NEQ = (Comparison.EQ, Comparison.LT, Comparison.LEQ, Comparison.GT,
                              Comparison.GEQ, Comparison.NEQ)
@@ -144,34 +144,13 @@ def atoms(draw):
     return Select(keys, draw(st.sampled_from(QUERIES)), pred)
 
 
-@st.composite
-def selectors(draw, depth=2):
-    if depth == 0 or draw(st.booleans()):
-        return draw(atoms())
-    kind = draw(st.sampled_from(["and"] * 4 + ["or", "not"]))
-    if kind == "not":
-        return ~draw(selectors(depth - 1))
-    a, b = draw(selectors(depth - 1)), draw(selectors(depth - 1))
-    return a & b if kind == "and" else a | b
+def selectors():
+    return selector_trees(atoms(), ["and"] * 4 + ["or", "not"])
 
 
-@st.composite
-def programs(draw):
-    sel = draw(selectors())
-    kind = draw(st.sampled_from(["width", "max", "min", "cmean", "nmean"]))
-    if kind == "width":
-        return SelectorWidth(sel)
-    vals = draw(st.sampled_from([tokens, indices, Map(lambda t: t % 2, tokens)]))
-    if kind == "nmean":
-        return numerical(Aggregate(sel, numerical(vals), default=0))
-    return Aggregate(sel, vals, default=-1, reduce="mean" if kind == "cmean" else kind)
+def programs():
+    return random_programs(selectors())
 
-
-def outcome(fn):
-    try:
-        return ("ok", [round(x, 9) if isinstance(x, float) else x for x in fn()])
-    except (RASPTypeError, AmbiguousAggregateError) as exc:
-        return ("error", type(exc).__name__)
 
 
 TOKENS = st.lists(st.one_of(st.integers(-2, 5), st.sampled_from([0.5, 1.0, -1.5])),

@@ -12,7 +12,7 @@ from rasp.core import (Aggregate, Comparison, Full, Map, Select, SelectorAnd, Se
 from rasp.errors import (AmbiguousAggregateError, RASPEvaluationError, RASPSizeError,
                          RASPTypeError)
 from rasp.evaluate import IncrementalEvaluator, evaluate
-from rasp_oracle import ref_eval
+from rasp_oracle import outcome, random_programs, ref_eval, selector_trees
 
 EQ, LT, LEQ, GT, GEQ, NEQ, TRUE, FALSE = (Comparison.EQ, Comparison.LT, Comparison.LEQ, Comparison.GT,
                                           Comparison.GEQ, Comparison.NEQ, Comparison.TRUE,
@@ -208,35 +208,14 @@ SIDES = [tokens, indices, indices + 1, indices - 2, Map(lambda t: t % 3, tokens)
 PREDS = list(Comparison)
 
 
-@st.composite
-def selectors(draw, depth=2):
-    if depth == 0 or draw(st.booleans()):
-        return Select(draw(st.sampled_from(SIDES)), draw(st.sampled_from(SIDES)),
-                      draw(st.sampled_from(PREDS)))
-    kind = draw(st.sampled_from(["and", "and", "or", "not"]))
-    if kind == "not":
-        return ~draw(selectors(depth - 1))
-    a, b = draw(selectors(depth - 1)), draw(selectors(depth - 1))
-    return a & b if kind == "and" else a | b
+def selectors():
+    atom = st.builds(Select, st.sampled_from(SIDES), st.sampled_from(SIDES), st.sampled_from(PREDS))
+    return selector_trees(atom, ["and", "and", "or", "not"])
 
 
-@st.composite
-def programs(draw):
-    s = draw(selectors())
-    kind = draw(st.sampled_from(["width", "max", "min", "cmean", "nmean"]))
-    if kind == "width":
-        return SelectorWidth(s)
-    vals = draw(st.sampled_from([tokens, indices, Map(lambda t: t % 2, tokens)]))
-    if kind == "nmean":
-        return numerical(Aggregate(s, numerical(vals), default=0))
-    return Aggregate(s, vals, default=-1, reduce="mean" if kind == "cmean" else kind)
+def programs():
+    return random_programs(selectors())
 
-
-def outcome(fn):
-    try:
-        return ("ok", [round(x, 9) if isinstance(x, float) else x for x in fn()])
-    except (RASPTypeError, AmbiguousAggregateError) as exc:
-        return ("error", type(exc).__name__)
 
 
 @settings(max_examples=300)   # a cheap oracle: many examples
