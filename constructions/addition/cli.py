@@ -16,13 +16,14 @@ import argparse
 import json
 import sys
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 
 from lengthgen.cli import ArgumentParser, UsageError, run_cli
+
+from ..cli_support import (abbreviated, add_common_options, attention_progress_bar, random_operand, read_operand,
+                           resolve_device, rss_peak_bytes)
 
 EPILOG = """examples:
   python -m constructions.addition --digits 100000
@@ -31,7 +32,6 @@ EPILOG = """examples:
 exit status: 0 the model's sum is exactly right, 1 it is wrong, 2 bad input
 a prediction counts only if its logit beats every other logit by a margin (ties are wrong)"""
 DTYPES = ("float32", "float64", "float16", "bfloat16")
-SHOWN_DIGITS = 1000  # a longer sum is abbreviated on the screen (--output and --json hold it in full)
 UNDECIDED_CHAR = "?"
 
 
@@ -42,50 +42,15 @@ def build_parser() -> argparse.ArgumentParser:
         "transformer, add two numbers with it, and check the sum against exact integer arithmetic.",
         epilog=EPILOG,
     )
-    src = p.add_argument_group("operands (either --digits, or --a and --b)")
-    src.add_argument("--digits", type=int, help="add two random numbers with this many digits (leading digit non-zero)")
-    src.add_argument("--seed", type=int, default=0, help="random seed for --digits (default 0)")
-    src.add_argument("--a", help="first operand: decimal digits, or @PATH to a file of digits")
-    src.add_argument("--b", help="second operand: decimal digits, or @PATH to a file of digits")
-    p.add_argument("--d-model", type=int, help="embedding dimension d >= 21 (default: the smallest that fits)")
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="default auto: cuda when available")
-    p.add_argument("--dtype", default="float32", help=f"{', '.join(DTYPES)} (default float32)")
-    p.add_argument("--mode", default="teacher", choices=["teacher", "greedy"],
-                   help="teacher: one forward pass checking every answer token (default); greedy: decode with a KV cache")
+    add_common_options(
+        p, digits_help="add two random numbers with this many digits (leading digit non-zero)",
+        b_help="second operand: decimal digits, or @PATH to a file of digits", d_min=21,
+        dtype_help=f"{', '.join(DTYPES)} (default float32)",
+    )
     p.add_argument("--output", type=Path, help="write the model's sum (all its decimal digits) to this file")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
-
-
-def read_operand(value: str, name: str) -> np.ndarray:
-    from lengthgen.tasks.addition import digits_of
-
-    if value.startswith("@"):
-        path = Path(value[1:])
-        try:
-            value = path.read_text(encoding="ascii", errors="replace")
-        except OSError as exc:
-            raise UsageError(f"cannot read --{name} file {path}: {exc.strerror or exc}") from None
-        value = "".join(value.split())  # allow line breaks in digit files
-    try:
-        return digits_of(value, f"--{name}")
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-
-
-def random_operand(rng: np.random.Generator, n: int) -> np.ndarray:
-    digits = rng.integers(0, 10, size=n, dtype=np.uint8)
-    digits[0] = rng.integers(1, 10) if n > 1 else digits[0]
-    return digits
-
-
-def resolve_device(name: str) -> str:
-    import torch
-
-    if name == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda: CUDA is not available on this machine (use --device cpu or auto)")
-    return ("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name
 
 
 def operands_from(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray]:
@@ -121,12 +86,12 @@ def run(args: argparse.Namespace) -> dict:
         torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
     show_progress = not args.no_progress and not args.json and sys.stderr.isatty()
-    with _attention_progress_bar(show_progress and args.mode == "teacher"):
+    with attention_progress_bar(show_progress and args.mode == "teacher"):
         pred, expected = answer_predictions(model, a, b, args.mode, progress=show_progress)
     if device == "cuda":
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start
-    peak = torch.cuda.max_memory_allocated() if device == "cuda" else _rss_peak_bytes()
+    peak = torch.cuda.max_memory_allocated() if device == "cuda" else rss_peak_bytes()
     first_wrong = first_wrong_position(pred, expected)
     undecided = first_wrong is not None and first_wrong < len(pred) and int(pred[first_wrong]) == UNDECIDED
     return {
@@ -135,36 +100,6 @@ def run(args: argparse.Namespace) -> dict:
         "mode": args.mode, "seconds": round(seconds, 3), "peak_memory_bytes": int(peak),
         "first_wrong_position": first_wrong, "undecided": undecided, "M": meta["M"], "leak_bound": meta["leak_bound"],
     }
-
-
-@contextmanager
-def _attention_progress_bar(enabled: bool) -> Iterator[None]:
-    """A progress bar over the answer rows of the teacher-forced pass (long inputs only)."""
-    if not enabled:
-        yield
-        return
-    from tqdm import tqdm
-
-    from lengthgen.attention import report_progress
-
-    bar = tqdm(desc="teacher-forced pass", unit="query", file=sys.stderr, leave=False)
-
-    def update(done: int, total: int) -> None:
-        bar.total = total
-        bar.n = done
-        bar.refresh()
-
-    try:
-        with report_progress(update):
-            yield
-    finally:
-        bar.close()
-
-
-def _rss_peak_bytes() -> int:
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
 
 
 def model_sum_digits(pred: np.ndarray) -> str:
@@ -179,13 +114,6 @@ def model_sum_digits(pred: np.ndarray) -> str:
         tokens = tokens[:-1]
     chars = [UNDECIDED_CHAR if t == UNDECIDED else ADDITION.vocab[t] for t in tokens[::-1]]
     return "".join(chars).lstrip("0") or "0"
-
-
-def abbreviated(text: str, limit: int = SHOWN_DIGITS) -> str:
-    """``text`` if it fits ``limit`` characters, else its first and last digits around a count."""
-    if len(text) <= limit:
-        return text
-    return f"{text[:40]}...{text[-40:]} ({len(text)} digits; --output FILE writes all of them)"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from constructions.addition.cli import (_attention_progress_bar, _rss_peak_bytes, abbreviated, read_operand,
-                                        resolve_device)
+from constructions.cli_support import (abbreviated, add_common_options, attention_progress_bar, random_operand,
+                                       read_operand, resolve_device, rss_peak_bytes)
 from lengthgen.cli import ArgumentParser, UsageError, run_cli
 
 PROG = "python -m constructions.multiplication"
@@ -38,17 +38,12 @@ def build_parser() -> argparse.ArgumentParser:
         "product against exact integer arithmetic (docs/multiplication.md).",
         epilog=EPILOG,
     )
-    src = p.add_argument_group("operands (either --digits, or --a and --b)")
-    src.add_argument("--digits", type=int, help="multiply a random N-digit number by a random b in 10..99")
-    src.add_argument("--seed", type=int, default=0, help="random seed for --digits (default 0)")
-    src.add_argument("--a", help="first operand: decimal digits, or @PATH to a file of digits")
-    src.add_argument("--b", help="second operand, 0..99: decimal digits, or @PATH to a file of digits")
-    p.add_argument("--d-model", type=int, help="embedding dimension d >= 33 (default: the smallest that fits)")
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="default auto: cuda when available")
-    p.add_argument("--dtype", default="float32", choices=["float32", "float64"], help="default float32")
+    add_common_options(
+        p, digits_help="multiply a random N-digit number by a random b in 10..99",
+        b_help="second operand, 0..99: decimal digits, or @PATH to a file of digits", d_min=33,
+        dtype_help="default float32", dtype_choices=["float32", "float64"],
+    )
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
-    p.add_argument("--mode", default="teacher", choices=["teacher", "greedy"],
-                   help="teacher: one forward pass checking every answer token (default); greedy: decode with a KV cache")
     p.add_argument("--output", type=Path, help="write the model's product (decimal digits) to this file")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -62,8 +57,7 @@ def operands_from(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray]:
         if args.digits < 1:
             raise UsageError(f"--digits must be at least 1, got {args.digits}")
         rng = np.random.default_rng(args.seed)
-        a = rng.integers(0, 10, size=args.digits, dtype=np.uint8)
-        a[0] = rng.integers(1, 10) if args.digits > 1 else a[0]
+        a = random_operand(rng, args.digits)
         return a, np.array(divmod(int(rng.integers(10, 100)), 10), dtype=np.uint8)
     if args.a is None or args.b is None:
         raise UsageError("give --digits N, or both --a and --b")
@@ -98,7 +92,7 @@ def run(args: argparse.Namespace) -> dict:
     start = time.perf_counter()
     show_progress = not args.no_progress and not args.json and sys.stderr.isatty()
     if args.mode == "teacher":
-        with _attention_progress_bar(show_progress):
+        with attention_progress_bar(show_progress):
             pred = teacher_predictions(model, [inst])[0]
     else:
         pred = np.array(greedy_generate(
@@ -108,7 +102,7 @@ def run(args: argparse.Namespace) -> dict:
     if device == "cuda":
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start
-    peak = torch.cuda.max_memory_allocated() if device == "cuda" else _rss_peak_bytes()
+    peak = torch.cuda.max_memory_allocated() if device == "cuda" else rss_peak_bytes()
     length = min(len(pred), len(expected))
     mismatch = np.nonzero(pred[:length] != expected[:length])[0]
     first_wrong = int(mismatch[0]) if len(mismatch) else (None if len(pred) == len(expected) else length)

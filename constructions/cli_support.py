@@ -1,0 +1,99 @@
+"""What the arithmetic constructions' command lines share (``python -m constructions.addition``,
+``python -m constructions.multiplication``): the operand and run options, reading operands from the
+command line or ``@file``, the device choice, the progress bar of a long teacher-forced pass, peak
+memory, and the abbreviation of long answers on the screen."""
+from __future__ import annotations
+
+import argparse
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from lengthgen.cli import UsageError
+
+SHOWN_DIGITS = 1000  # a longer answer is abbreviated on the screen (--output and --json hold it in full)
+
+
+def add_common_options(p: argparse.ArgumentParser, *, digits_help: str, b_help: str, d_min: int, dtype_help: str,
+                       dtype_choices: list[str] | None = None) -> None:
+    """The operand group (--digits/--seed or --a/--b) and --d-model, --device, --dtype, --mode."""
+    src = p.add_argument_group("operands (either --digits, or --a and --b)")
+    src.add_argument("--digits", type=int, help=digits_help)
+    src.add_argument("--seed", type=int, default=0, help="random seed for --digits (default 0)")
+    src.add_argument("--a", help="first operand: decimal digits, or @PATH to a file of digits")
+    src.add_argument("--b", help=b_help)
+    p.add_argument("--d-model", type=int, help=f"embedding dimension d >= {d_min} (default: the smallest that fits)")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="default auto: cuda when available")
+    p.add_argument("--dtype", default="float32", choices=dtype_choices, help=dtype_help)
+    p.add_argument("--mode", default="teacher", choices=["teacher", "greedy"],
+                   help="teacher: one forward pass checking every answer token (default); greedy: decode with a KV cache")
+
+
+def read_operand(value: str, name: str) -> np.ndarray:
+    from lengthgen.tasks.addition import digits_of
+
+    if value.startswith("@"):
+        path = Path(value[1:])
+        try:
+            value = path.read_text(encoding="ascii", errors="replace")
+        except OSError as exc:
+            raise UsageError(f"cannot read --{name} file {path}: {exc.strerror or exc}") from None
+        value = "".join(value.split())  # allow line breaks in digit files
+    try:
+        return digits_of(value, f"--{name}")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def random_operand(rng: np.random.Generator, n: int) -> np.ndarray:
+    digits = rng.integers(0, 10, size=n, dtype=np.uint8)
+    digits[0] = rng.integers(1, 10) if n > 1 else digits[0]
+    return digits
+
+
+def resolve_device(name: str) -> str:
+    import torch
+
+    if name == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: CUDA is not available on this machine (use --device cpu or auto)")
+    return ("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name
+
+
+@contextmanager
+def attention_progress_bar(enabled: bool) -> Iterator[None]:
+    """A progress bar over the answer rows of the teacher-forced pass (long inputs only)."""
+    if not enabled:
+        yield
+        return
+    from tqdm import tqdm
+
+    from lengthgen.attention import report_progress
+
+    bar = tqdm(desc="teacher-forced pass", unit="query", file=sys.stderr, leave=False)
+
+    def update(done: int, total: int) -> None:
+        bar.total = total
+        bar.n = done
+        bar.refresh()
+
+    try:
+        with report_progress(update):
+            yield
+    finally:
+        bar.close()
+
+
+def rss_peak_bytes() -> int:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+
+
+def abbreviated(text: str, limit: int = SHOWN_DIGITS) -> str:
+    """``text`` if it fits ``limit`` characters, else its first and last digits around a count."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:40]}...{text[-40:]} ({len(text)} digits; --output FILE writes all of them)"
