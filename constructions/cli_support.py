@@ -8,7 +8,7 @@ import argparse
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -18,8 +18,9 @@ SHOWN_DIGITS = 1000  # a longer answer is abbreviated on the screen (--output an
 
 
 def add_common_options(p: argparse.ArgumentParser, *, digits_help: str, b_help: str, d_min: int, dtype_help: str,
-                       dtype_choices: list[str] | None = None) -> None:
-    """The operand group (--digits/--seed or --a/--b) and --d-model, --device, --dtype, --mode."""
+                       answer: str, dtype_choices: list[str] | None = None) -> None:
+    """The operand group (--digits/--seed or --a/--b) and --d-model, --device, --dtype, --mode,
+    --output, --json, --no-progress; ``answer`` names what the model computes ("sum", "product")."""
     src = p.add_argument_group("operands (either --digits, or --a and --b)")
     src.add_argument("--digits", type=int, help=digits_help)
     src.add_argument("--seed", type=int, default=0, help="random seed for --digits (default 0)")
@@ -30,6 +31,25 @@ def add_common_options(p: argparse.ArgumentParser, *, digits_help: str, b_help: 
     p.add_argument("--dtype", default="float32", choices=dtype_choices, help=dtype_help)
     p.add_argument("--mode", default="teacher", choices=["teacher", "greedy"],
                    help="teacher: one forward pass checking every answer token (default); greedy: decode with a KV cache")
+    p.add_argument("--output", type=Path, help=f"write the model's {answer} (all its decimal digits) to this file")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def operands_from(args: argparse.Namespace,
+                  random_b: Callable[[np.random.Generator, int], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The operands as digit arrays: random (``--digits N --seed S``; a has N digits, b comes from
+    ``random_b(rng, N)``) or given (``--a``/``--b``, each decimal digits or ``@file``)."""
+    if args.digits is not None:
+        if args.a is not None or args.b is not None:
+            raise UsageError("give either --digits or --a/--b, not both")
+        if args.digits < 1:
+            raise UsageError(f"--digits must be at least 1, got {args.digits}")
+        rng = np.random.default_rng(args.seed)
+        return random_operand(rng, args.digits), random_b(rng, args.digits)
+    if args.a is None or args.b is None:
+        raise UsageError("give --digits N, or both --a and --b")
+    return read_operand(args.a, "a"), read_operand(args.b, "b")
 
 
 def read_operand(value: str, name: str) -> np.ndarray:

@@ -16,13 +16,12 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
 from lengthgen.cli import ArgumentParser, UsageError, run_cli
 
-from ..cli_support import (abbreviated, add_common_options, attention_progress_bar, random_operand, read_operand,
+from ..cli_support import (abbreviated, add_common_options, attention_progress_bar, operands_from, random_operand,
                            resolve_device, rss_peak_bytes)
 
 EPILOG = """examples:
@@ -45,25 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_common_options(
         p, digits_help="add two random numbers with this many digits (leading digit non-zero)",
         b_help="second operand: decimal digits, or @PATH to a file of digits", d_min=21,
-        dtype_help=f"{', '.join(DTYPES)} (default float32)",
+        dtype_help=f"{', '.join(DTYPES)} (default float32)", answer="sum",
     )
-    p.add_argument("--output", type=Path, help="write the model's sum (all its decimal digits) to this file")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
-
-
-def operands_from(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray]:
-    if args.digits is not None:
-        if args.a is not None or args.b is not None:
-            raise UsageError("give either --digits or --a/--b, not both")
-        if args.digits < 1:
-            raise UsageError(f"--digits must be at least 1, got {args.digits}")
-        rng = np.random.default_rng(args.seed)
-        return random_operand(rng, args.digits), random_operand(rng, args.digits)
-    if args.a is None or args.b is None:
-        raise UsageError("give --digits N, or both --a and --b")
-    return read_operand(args.a, "a"), read_operand(args.b, "b")
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -75,7 +58,7 @@ def run(args: argparse.Namespace) -> dict:
 
     if args.dtype not in DTYPES:
         raise UsageError(f"unknown --dtype {args.dtype!r}; choose one of {', '.join(DTYPES)}")
-    a, b = operands_from(args)
+    a, b = operands_from(args, random_b=random_operand)
     device = resolve_device(args.device)
     n = max(len(a), len(b))
     try:

@@ -14,12 +14,11 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-from constructions.cli_support import (abbreviated, add_common_options, attention_progress_bar, random_operand,
-                                       read_operand, resolve_device, rss_peak_bytes)
+from constructions.cli_support import (abbreviated, add_common_options, attention_progress_bar, operands_from,
+                                       resolve_device, rss_peak_bytes)
 from lengthgen.cli import ArgumentParser, UsageError, run_cli
 
 PROG = "python -m constructions.multiplication"
@@ -41,27 +40,19 @@ def build_parser() -> argparse.ArgumentParser:
     add_common_options(
         p, digits_help="multiply a random N-digit number by a random b in 10..99",
         b_help="second operand, 0..99: decimal digits, or @PATH to a file of digits", d_min=33,
-        dtype_help="default float32", dtype_choices=["float32", "float64"],
+        dtype_help="default float32", dtype_choices=["float32", "float64"], answer="product",
     )
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
-    p.add_argument("--output", type=Path, help="write the model's product (decimal digits) to this file")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
 
-def operands_from(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray]:
-    if args.digits is not None:
-        if args.a is not None or args.b is not None:
-            raise UsageError("give either --digits or --a/--b, not both")
-        if args.digits < 1:
-            raise UsageError(f"--digits must be at least 1, got {args.digits}")
-        rng = np.random.default_rng(args.seed)
-        a = random_operand(rng, args.digits)
-        return a, np.array(divmod(int(rng.integers(10, 100)), 10), dtype=np.uint8)
-    if args.a is None or args.b is None:
-        raise UsageError("give --digits N, or both --a and --b")
-    a, b = read_operand(args.a, "a"), read_operand(args.b, "b")
+def random_multiplier(rng: np.random.Generator, n_digits: int) -> np.ndarray:
+    """A random b in 10..99 as its two digits (``--digits`` draws a with N digits and this b)."""
+    return np.array(divmod(int(rng.integers(10, 100)), 10), dtype=np.uint8)
+
+
+def operands(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray]:
+    a, b = operands_from(args, random_b=random_multiplier)
     b = b[np.argmax(b != 0):] if b.any() else b[-1:]  # leading zeros of b do not count
     if len(b) > 2:
         raise UsageError(f"--b must be at most 99 (N×2 multiplication), got {len(b)} digits")
@@ -79,7 +70,7 @@ def run(args: argparse.Namespace) -> dict:
         if args.threads < 1:
             raise UsageError(f"--threads must be at least 1, got {args.threads}")
         torch.set_num_threads(args.threads)
-    a, b = operands_from(args)
+    a, b = operands(args)
     device = resolve_device(args.device)
     try:
         model, meta = build_model(n_digits=len(a), d_model=args.d_model, dtype=args.dtype, device=device)
