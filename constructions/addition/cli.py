@@ -28,6 +28,7 @@ EPILOG = """examples:
   python -m constructions.addition --digits 100000
   python -m constructions.addition --a 653 --b 49 --mode greedy
   python -m constructions.addition --a @a.txt --b @b.txt --output sum.txt --json
+  python -m constructions.addition export DIR --digits 20   # the model as a checkpoint (see export --help)
 exit status: 0 the model's sum is exactly right, 1 it is wrong, 2 bad input
 a prediction counts only if its logit beats every other logit by a margin (ties are wrong)"""
 DTYPES = ("float32", "float64", "float16", "bfloat16")
