@@ -22,6 +22,8 @@ import torch
 
 from lengthgen.basis import NamedBasis
 
+from ..sizing import CapacityError
+
 #: the 17 token dimensions, in the paper's order (``SUM`` is a block of 10)
 TOKEN_BLOCKS: list[tuple[str, int | None]] = [
     ("NUM", None), ("IS_BOS", None), ("FULL_ONES", None), ("PRE_SUM", None), ("PRE_CARRY", None),
@@ -39,9 +41,6 @@ TRAP_WIDTH = 0.20
 #: the two hinges of the end-of-sequence ramp on PRE_EOS
 EOS_RAMP = (0.375, 0.4375)
 
-
-class CapacityError(ValueError):
-    """More digits than a construction (or its position table) can hold."""
 
 
 def position_dims(d_model: int) -> int:

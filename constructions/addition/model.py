@@ -31,6 +31,7 @@ from .layout import (
     head_basis, hypercube_code, hypercube_codes, max_digits_for, mlp_basis, position_dims, position_table,
     required_sharpness, residual_basis,
 )
+from ..sizing import resolve_width
 from .weights import weight_entries
 
 DEFAULT_TABLE_DIGITS = 10_000
@@ -72,15 +73,8 @@ def build_model(
     """
     if n_digits is None and d_model is None:
         n_digits = ADDERBOARD_DIGITS
-    if n_digits is not None and n_digits < 1:
-        raise CapacityError(f"n_digits must be at least 1, got {n_digits}")
-    d_model = d_model_for(n_digits) if d_model is None else d_model
-    P, bound = position_dims(d_model), max_digits_for(d_model)
-    if n_digits is not None and n_digits > bound:
-        raise CapacityError(
-            f"{n_digits} digits exceed Theorem 5.1's bound 2^{P} - 2 = {bound} for d_model = {d_model}; "
-            f"d_model = {d_model_for(n_digits)} fits"
-        )
+    d_model, P, bound = resolve_width(n_digits, d_model, d_model_for=d_model_for, position_dims=position_dims,
+                                      max_digits_for=max_digits_for, bound_name="Theorem 5.1's bound 2^{P} - 2")
     table_digits = n_digits if n_digits is not None else min(bound, DEFAULT_TABLE_DIGITS)
     n_positions = START_ID + table_digits + 1
     M = required_sharpness(3 * table_digits + 5) if M is None else float(M)

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from constructions.addition.model import CapacityError, hypercube_codes
+from constructions.sizing import resolve_width
 from lengthgen.basis import MatrixBuilder, NamedBasis
 from lengthgen.decode import greedy_generate
 from lengthgen.model import Annotations, Transformer, TransformerConfig
@@ -137,15 +138,8 @@ def build_model(
     """The 1-layer copy (or reverse) transformer and its metadata ``(model, meta)``; arguments as
     for ``constructions.addition.build_model`` (bound 2^P − 2, P = ⌊(d − 23)/2⌋)."""
     task = _task(task)
-    if n_digits is None and d_model is None:
-        raise ValueError("give n_digits or d_model")
-    if n_digits is not None and n_digits < 1:
-        raise CapacityError(f"n_digits must be at least 1, got {n_digits}")
-    d_model = d_model_for(n_digits) if d_model is None else d_model
-    P, bound = position_dims(d_model), max_digits_for(d_model)
-    if n_digits is not None and n_digits > bound:
-        raise CapacityError(f"{n_digits} digits exceed the bound 2^{P} - 2 = {bound} for d_model = {d_model}; "
-                            f"d_model = {d_model_for(n_digits)} fits")
+    d_model, P, bound = resolve_width(n_digits, d_model, d_model_for=d_model_for, position_dims=position_dims,
+                                      max_digits_for=max_digits_for, bound_name="the bound 2^{P} - 2")
     table = n_digits if n_digits is not None else min(bound, DEFAULT_TABLE_DIGITS)
     n_positions, n_tokens = START_ID + table + 2, 2 * table + 3
     M = required_sharpness(n_tokens) if M is None else float(M)

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from constructions.addition.model import CapacityError
+from constructions.sizing import resolve_width
 from lengthgen.decode import decided_argmax, greedy_generate, greedy_generate_batch
 from lengthgen.model import Annotations, Transformer, TransformerConfig
 from lengthgen.tasks import MULTIPLICATION_NX2
@@ -62,17 +63,8 @@ def build_model(
     ``d_model`` fixes P = ⌊(d−26)/4⌋; otherwise the smallest P with 2^P − 6 ≥ ``n_digits`` is used.
     The position table covers ``n_digits`` digits of a (default: the bound, capped at 10^4). ``M``
     defaults to :func:`~.layout.required_sharpness` of the longest sequence the table allows."""
-    if n_digits is None and d_model is None:
-        raise ValueError("give n_digits or d_model")
-    if n_digits is not None and n_digits < 1:
-        raise CapacityError(f"n_digits must be at least 1, got {n_digits}")
-    d_model = d_model_for(n_digits) if d_model is None else d_model
-    P, bound = position_dims(d_model), max_digits_for(d_model)
-    if n_digits is not None and n_digits > bound:
-        raise CapacityError(
-            f"{n_digits} digits exceed this construction's bound 2^{P} - 6 = {bound} for d_model = {d_model}; "
-            f"d_model = {d_model_for(n_digits)} fits"
-        )
+    d_model, P, bound = resolve_width(n_digits, d_model, d_model_for=d_model_for, position_dims=position_dims,
+                                      max_digits_for=max_digits_for, bound_name="this construction's bound 2^{P} - 6")
     if bound < 1:
         raise CapacityError(f"d_model = {d_model} holds no digits (bound 2^{P} - 6 = {bound}); d_model = {d_model_for(1)} fits")
     table = n_digits if n_digits is not None else min(bound, DEFAULT_TABLE_DIGITS)

@@ -1,0 +1,40 @@
+"""How every construction here turns ``n_digits``/``d_model`` into a width and a bound.
+
+Each construction has a position block of P dimensions determined by d_model, a bound
+n_max(d) on the operand length that P allows, and the smallest d whose bound reaches n. The
+argument checks are the same for all of them, so they are written once here."""
+from __future__ import annotations
+
+from typing import Callable
+
+
+class CapacityError(ValueError):
+    """More digits than a construction (or its position table) can hold."""
+
+
+def resolve_width(
+    n_digits: int | None,
+    d_model: int | None,
+    *,
+    d_model_for: Callable[[int], int],
+    position_dims: Callable[[int], int],
+    max_digits_for: Callable[[int], int],
+    bound_name: str,
+) -> tuple[int, int, int]:
+    """``(d_model, P, bound)`` for a request of ``n_digits`` and/or ``d_model`` (at least one given).
+
+    ``d_model`` defaults to the smallest width whose bound holds ``n_digits``; a given ``d_model``
+    must hold ``n_digits``. Raises :class:`CapacityError` naming the bound (``bound_name``, with a
+    ``{P}`` field: "the bound 2^{P} - 2") and a width that fits."""
+    if n_digits is None and d_model is None:
+        raise ValueError("give n_digits or d_model")
+    if n_digits is not None and n_digits < 1:
+        raise CapacityError(f"n_digits must be at least 1, got {n_digits}")
+    d_model = d_model_for(n_digits) if d_model is None else d_model
+    P, bound = position_dims(d_model), max_digits_for(d_model)
+    if n_digits is not None and n_digits > bound:
+        raise CapacityError(
+            f"{n_digits} digits exceed {bound_name.format(P=P)} = {bound} for d_model = {d_model}; "
+            f"d_model = {d_model_for(n_digits)} fits"
+        )
+    return d_model, P, bound
