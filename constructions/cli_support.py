@@ -1,6 +1,6 @@
-"""What the arithmetic constructions' command lines share (``python -m constructions.addition``,
-``python -m constructions.multiplication``): the operand and run options, reading operands from the
-command line or ``@file``, the device choice, the progress bar of a long teacher-forced pass, peak
+"""What the constructions' command lines share (``python -m constructions.addition``,
+``python -m constructions.multiplication``, ``python -m constructions.copying``): the operand and run
+options, reading operands from the command line or ``@file``, the device choice, the progress bar of a long teacher-forced pass, peak
 memory, and the abbreviation of long answers on the screen."""
 from __future__ import annotations
 
@@ -19,13 +19,20 @@ SHOWN_DIGITS = 1000  # a longer answer is abbreviated on the screen (--output an
 
 def add_common_options(p: argparse.ArgumentParser, *, digits_help: str, b_help: str, d_min: int, dtype_help: str,
                        answer: str, dtype_choices: list[str] | None = None) -> None:
-    """The operand group (--digits/--seed or --a/--b) and --d-model, --device, --dtype, --mode,
-    --output, --json, --no-progress; ``answer`` names what the model computes ("sum", "product")."""
+    """The operand group (--digits/--seed or --a/--b) and the run options of :func:`add_run_options`;
+    ``answer`` names what the model computes ("sum", "product")."""
     src = p.add_argument_group("operands (either --digits, or --a and --b)")
     src.add_argument("--digits", type=int, help=digits_help)
     src.add_argument("--seed", type=int, default=0, help="random seed for --digits (default 0)")
     src.add_argument("--a", help="first operand: decimal digits, or @PATH to a file of digits")
     src.add_argument("--b", help=b_help)
+    add_run_options(p, d_min=d_min, dtype_help=dtype_help, answer=answer, dtype_choices=dtype_choices)
+
+
+def add_run_options(p: argparse.ArgumentParser, *, d_min: int, dtype_help: str, answer: str,
+                    dtype_choices: list[str] | None = None) -> None:
+    """--d-model, --device, --dtype, --mode, --output, --json, --no-progress (every construction's
+    command line); ``answer`` names what the model computes ("sum", "product", "output")."""
     p.add_argument("--d-model", type=int, help=f"embedding dimension d >= {d_min} (default: the smallest that fits)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="default auto: cuda when available")
     p.add_argument("--dtype", default="float32", choices=dtype_choices, help=dtype_help)
@@ -34,6 +41,20 @@ def add_common_options(p: argparse.ArgumentParser, *, digits_help: str, b_help: 
     p.add_argument("--output", type=Path, help=f"write the model's {answer} (all its decimal digits) to this file")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def add_threads_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+
+
+def apply_threads(threads: int | None) -> None:
+    """``--threads``: set torch's CPU threads (at least 1)."""
+    import torch
+
+    if threads is not None:
+        if threads < 1:
+            raise UsageError(f"--threads must be at least 1, got {threads}")
+        torch.set_num_threads(threads)
 
 
 def operands_from(args: argparse.Namespace,
@@ -53,6 +74,7 @@ def operands_from(args: argparse.Namespace,
 
 
 def read_operand(value: str, name: str) -> np.ndarray:
+    """The digits of ``--NAME``: decimal digits, or ``@PATH`` to a file of digits (line breaks allowed)."""
     from lengthgen.tasks.addition import digits_of
 
     if value.startswith("@"):

@@ -37,7 +37,7 @@ import torch
 from constructions.addition.model import CapacityError, hypercube_codes
 from constructions.sizing import resolve_width
 from lengthgen.basis import MatrixBuilder, NamedBasis
-from lengthgen.decode import greedy_generate
+from lengthgen.decode import greedy_generate, teacher_forced_argmax
 from lengthgen.model import Annotations, Transformer, TransformerConfig
 from lengthgen.tasks import COPY, REVERSE
 from lengthgen.tasks.copying import CopyTask
@@ -189,6 +189,26 @@ def transform(model: Transformer, task: str | CopyTask, x: str) -> str:
     return task.decode(out)
 
 
+def answer_predictions(model: Transformer, task: str | CopyTask, x: str | np.ndarray, mode: str,
+                       progress: bool = False) -> np.ndarray:
+    """The model's answer tokens y_1 .. y_n, ``$`` for the input ``x``, each by
+    :func:`lengthgen.decode.decided_argmax` (no margin: ``UNDECIDED``, never a token).
+
+    ``teacher``: one forward pass over prompt + true answer, the prediction at every answer position
+    (all right ⇔ greedy decoding reproduces the answer, by induction over the steps); ``greedy``:
+    token-by-token decoding with a key/value cache, ending after ``$`` or at an undecided step."""
+    task = _task(task)
+    inst = task.instance(x, start=START_ID)
+    check_length(model, inst.n)
+    if mode == "teacher":
+        return teacher_forced_argmax(model, inst.tokens, inst.pos_ids, first=inst.prompt_len - 1).cpu().numpy()
+    if mode == "greedy":
+        return np.array(greedy_generate(model, inst.tokens[: inst.prompt_len], inst.pos_ids[: inst.prompt_len],
+                                        new_pos_ids=inst.pos_ids[inst.prompt_len:], stop_token=task.EOS,
+                                        progress=progress), dtype=np.int64)
+    raise ValueError(f"unknown mode {mode!r}; choose 'teacher' or 'greedy'")
+
+
 def nope_twin(model: Transformer) -> Transformer:
     """The same weights without positional information (NoPE): same layers, heads and widths."""
     cfg = TransformerConfig(**{**model.cfg.to_dict(), "positional": "none"})
@@ -199,6 +219,6 @@ def nope_twin(model: Transformer) -> Transformer:
 
 
 __all__ = [
-    "CapacityError", "START_ID", "build_model", "check_length", "d_model_for", "id_step", "max_digits_for",
+    "CapacityError", "START_ID", "answer_predictions", "build_model", "check_length", "d_model_for", "id_step", "max_digits_for",
     "nope_twin", "position_dims", "required_sharpness", "residual_basis", "transform",
 ]
