@@ -33,7 +33,7 @@ import numpy as np
 
 from . import interval as I
 from .interval import Iv
-from .layout import BOS, CODE_TOKENS, DIGITS, EQ, ROLE_TOKENS, Layout, StructureError, Weights
+from .layout import Layout, StructureError, Weights
 
 MAX_CODE_VALUES = 16
 
@@ -167,14 +167,14 @@ def leak_and_spread(W: Weights, h: int, L: Layout, alpha: Iv, scores: PositionSc
     key_tok = I.affine(W.W_E, W.W_K[h], W.b_K[h])
     tau = I.matmul(alpha, Iv(key_tok.lo.T, key_tok.hi.T))  # [Q, vocab]
     bos_pos = I.matmul(W.W_pos[0], W.W_K[h])
-    rel_bos = tau[:, BOS] + (alpha * bos_pos[None]).sum(1) - scores.best
+    rel_bos = tau[:, L.bos_token] + (alpha * bos_pos[None]).sum(1) - scores.best
     lo, hi = rel_bos.lo.copy(), rel_bos.hi.copy()
-    for role, toks in ROLE_TOKENS.items():
+    for role, toks in L.role_tokens.items():
         hit = ((members >= 0) & (L.role[np.maximum(members, 0)] == role)).any(1)
         lo = np.where(hit, np.minimum(lo, tau.lo[:, toks].min(1)), lo)
         hi = np.where(hit, np.maximum(hi, tau.hi[:, toks].max(1)), hi)
     size = 1 + (members >= 0).sum(1)
-    t_code = tau.hi[:, CODE_TOKENS].max(1)
+    t_code = tau.hi[:, L.code_tokens].max(1)
     log_m = I.log(Iv.exact(np.array([float(m_max)]))).hi[0]
     log_size = I.log(Iv.exact(size.astype(np.float64))).lo
     log_leak = I.up_add(scores.log_others, log_m, t_code, -lo, -log_size)
@@ -206,15 +206,17 @@ class HeadBounds:
 
 
 def head_bounds(W: Weights, L: Layout, h: int, pos_table: np.ndarray, m_max: int, cache: dict | None = None) -> HeadBounds:
-    """Steps 1–6 for every answer position; the query token is ``=`` at the first answer position
-    and any digit after it (one pass per distinct query row of W_E W_Q). ``cache`` keeps the value
+    """Steps 1–6 for every answer position; the query token is ``L.first_query_token`` (``=``) at
+    the first answer position and any digit after it (one pass per distinct query row of W_E W_Q). ``cache`` keeps the value
     ranges, which do not depend on W_Q, W_K (the smallest-M search)."""
     q_pos = L.queries
     used = np.unique(L.ids)
     keys = position_key_alphabet(W, h, used[used > 0])
     query_rows = W.W_E @ W.W_Q[h]  # only to skip digits with identical query rows (exact comparison below)
-    digits = [t for i, t in enumerate(DIGITS) if not any(np.array_equal(query_rows[t], query_rows[s]) for s in DIGITS[:i])]
-    variants = [(np.array([0]), EQ)] + [(np.arange(1, len(q_pos)), t) for t in digits]
+    all_digits = L.digit_tokens
+    digits = [t for i, t in enumerate(all_digits)
+              if not any(np.array_equal(query_rows[t], query_rows[s]) for s in all_digits[:i])]
+    variants = [(np.array([0]), L.first_query_token)] + [(np.arange(1, len(q_pos)), t) for t in digits]
     Q = len(q_pos)
     eta, log_leak, gap = np.full(Q, -np.inf), np.full(Q, -np.inf), np.full(Q, np.inf)
     members = np.full((Q, m_max), -1, dtype=np.int64)

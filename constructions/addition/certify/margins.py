@@ -41,7 +41,7 @@ from .interval import Iv
 from .layout import Layout, StructureError, Weights
 from .rounding import FloatTerms, attention_float_terms, zero_terms
 
-__all__ = ["Certificate", "Layout", "StructureError", "Weights", "certify"]
+__all__ = ["Certificate", "Layout", "StructureError", "Weights", "certify", "tv_parts"]
 
 
 def _group_rows(rows: np.ndarray) -> np.ndarray:
@@ -83,7 +83,7 @@ def _class_max(values: np.ndarray, cls: np.ndarray, n_cls: int) -> np.ndarray:
     return worst
 
 
-def _tv_parts(hb: HeadBounds, cls: np.ndarray, n_cls: int, pert: float) -> dict[str, np.ndarray]:
+def tv_parts(hb: HeadBounds, cls: np.ndarray, n_cls: int, pert: float) -> dict[str, np.ndarray]:
     """Per class: upper bounds of the leak λ and of the spread part (e^η − 1)/4 of the total
     variation, in exact arithmetic and with every score moved by ``pert`` (the float part is the
     difference, so leak + spread + float bounds the perturbed TV). Each is clamped at 1."""
@@ -161,7 +161,7 @@ def certify(model: Transformer, n: int, dtype: str | None = None, start: int = S
     cls, reps = cache[group_key]
     n_cls = len(reps)
     coords = np.nonzero(sum(hb.range_out for hb in heads) + ft.resid_error + ft.tail_base > 0)[0]
-    parts = [_tv_parts(hb, cls, n_cls, ft.score_error) for hb in heads]
+    parts = [tv_parts(hb, cls, n_cls, ft.score_error) for hb in heads]
     deltas = {src: np.zeros((n_cls, W.W_E.shape[1])) for src in ("leak", "spread", "float")}
     for hb, part in zip(heads, parts):
         for src in deltas:

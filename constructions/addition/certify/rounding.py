@@ -210,7 +210,7 @@ def attention_float_terms(W, dtype: str, n_keys: int, k_max: int) -> FloatTerms:
     n_u = np.count_nonzero(absU * (rp_mag[:, None] > 0), axis=0) + (W.b_U != 0)
     lg_err = np.array([gamma(int(n), u) for n in n_u]) * (rp_mag @ absU + np.abs(W.b_U)) + rp_err @ absU
     logit_err = 2 * float(lg_err.max())
-    big = max(score_mag, float(resid_mag.max()), float(pre_mag.max()), float(rp_mag.max()))
+    big = max(score_mag, float(resid_mag.max()), float(pre_mag.max(initial=0.0)), float(rp_mag.max()))
     overflow = None
     if big >= MAX_FINITE[dtype] / 4:
         overflow = f"magnitudes up to {big:.3g} come within 4x of the largest finite {dtype} ({MAX_FINITE[dtype]:.4g})"

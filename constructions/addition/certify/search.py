@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
 
@@ -42,25 +43,34 @@ class SharpnessSearch:
     M: float | None
     M_fail: float
     fail_reason: str
-    certificate: Certificate | None
+    certificate: Certificate | Any | None
     steps: int
     rel_tol: float
 
 
 def smallest_sharpness(model: Transformer, n: int, M_start: float, dtype: str | None = None,
                        rel_tol: float = 5e-3, cache: dict | None = None, max_steps: int = 24) -> SharpnessSearch:
-    """Bracket the smallest certified M for ``n``-digit inputs: [M_fail, M] with M certified.
-
-    Steps use the secant root of ln(slack) in M (slack = margin / requirement of the binding
-    check, ≈ linear in ln because the leak falls like e^{−2M}) and probe just above and below it;
-    when that fails to shrink the bracket they fall back to bisection. ``M_start`` is the model's M."""
+    """Bracket the smallest certified M for ``n``-digit inputs: [M_fail, M] with M certified
+    (:func:`bracket_smallest` over this module's certificate). ``M_start`` is the model's M."""
     cache = {} if cache is None else cache
+    return bracket_smallest(lambda M: certify(with_sharpness(model, M), n, dtype, cache=cache), M_start,
+                            rel_tol=rel_tol, max_steps=max_steps)
+
+
+def bracket_smallest(certify_at: Callable[[float], Any], M_start: float, rel_tol: float = 5e-3,
+                     max_steps: int = 24) -> SharpnessSearch:
+    """Bracket the smallest M at which ``certify_at(M)`` (a certificate with ``passed``, ``slack`` =
+    margin / requirement of the binding check, and ``reason``) passes: [M_fail, M] with M certified.
+
+    Steps use the secant root of ln(slack) in M (≈ linear in ln because the leak falls like
+    e^{−2M}) and probe just above and below it; when that fails to shrink the bracket they fall
+    back to bisection. Any certificate with that interface can use it (constructions.copying.certify)."""
     steps = 0
 
-    def run(M: float) -> Certificate:
+    def run(M: float) -> Any:
         nonlocal steps
         steps += 1
-        return certify(with_sharpness(model, M), n, dtype, cache=cache)
+        return certify_at(M)
 
     hi, c_hi = float(M_start), run(float(M_start))
     while not c_hi.passed:
