@@ -205,13 +205,18 @@ class HeadBounds:
     range_out: np.ndarray  # [d] range of the head's output per residual coordinate
 
 
-def head_bounds(W: Weights, L: Layout, h: int, pos_table: np.ndarray, m_max: int, cache: dict | None = None) -> HeadBounds:
+def head_bounds(W: Weights, L: Layout, h: int, pos_table: np.ndarray, m_max: int, cache: dict | None = None,
+                extra_ids: np.ndarray | None = None) -> HeadBounds:
     """Steps 1–6 for every answer position; the query token is ``L.first_query_token`` (``=``) at
     the first answer position and any digit after it (one pass per distinct query row of W_E W_Q). ``cache`` keeps the value
-    ranges, which do not depend on W_Q, W_K (the smallest-M search)."""
+    ranges, which do not depend on W_Q, W_K (the smallest-M search). ``extra_ids``: IDs that no key
+    holds but a query may single out (their codes join the key alphabet, so the winning tuple can
+    be one of them; the bound on the other IDs then sums over a superset, which stays sound);
+    ``pos_table`` needs a row (−1 filled) for each of them."""
     q_pos = L.queries
     used = np.unique(L.ids)
-    keys = position_key_alphabet(W, h, used[used > 0])
+    code_ids = used[used > 0] if extra_ids is None else np.union1d(used[used > 0], extra_ids)
+    keys = position_key_alphabet(W, h, code_ids)
     query_rows = W.W_E @ W.W_Q[h]  # only to skip digits with identical query rows (exact comparison below)
     all_digits = L.digit_tokens
     digits = [t for i, t in enumerate(all_digits)

@@ -41,7 +41,7 @@ from .interval import Iv
 from .layout import Layout, StructureError, Weights
 from .rounding import FloatTerms, attention_float_terms, zero_terms
 
-__all__ = ["Certificate", "Layout", "StructureError", "Weights", "certify", "tv_parts"]
+__all__ = ["Certificate", "Layout", "StructureError", "Weights", "certify", "position_effect", "tv_parts"]
 
 
 def _group_rows(rows: np.ndarray) -> np.ndarray:
@@ -97,7 +97,7 @@ def tv_parts(hb: HeadBounds, cls: np.ndarray, n_cls: int, pert: float) -> dict[s
             "lam_f": leak_f}
 
 
-def _position_effect(W: Weights, L: Layout, heads: list[HeadBounds]) -> Iv:
+def position_effect(W: Weights, L: Layout, heads: list[HeadBounds]) -> Iv:
     """Enclosure of the position-dependent part of the hard-max residual at each answer position:
     W_pos[query] plus, per head, the mean of ``W_pos[q] W_V W_O`` over S (``$`` has ID 0)."""
     ids_q = L.ids[L.queries]
@@ -148,7 +148,7 @@ def certify(model: Transformer, n: int, dtype: str | None = None, start: int = S
     effect_key = ("effect", n, start, W.digest("W_pos", "W_V", "W_O", "W_in", "W_U"),
                   hashlib.sha1(b"".join(hb.members.tobytes() for hb in heads)).hexdigest())
     if effect_key not in cache:  # independent of W_Q, W_K once S is known
-        resid_pos = _position_effect(W, L, heads)
+        resid_pos = position_effect(W, L, heads)
         cache[effect_key] = (I.matmul(resid_pos, W.W_in), I.matmul(resid_pos, W.W_U))
     pos_in, pos_logit = cache[effect_key]
     effect = np.concatenate([pos_in.key().reshape(Q, -1), pos_logit.key().reshape(Q, -1)], axis=1)
