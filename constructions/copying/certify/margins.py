@@ -139,13 +139,12 @@ def _check_class(W: Weights, tables: dict, effect: Iv, roles: np.ndarray, patter
         return np.full(C, EQ if roles[col] == ROLE_EQ else BOS)
 
     logits = tables["query"][token(0)] + tables["bias"][None] + effect[None]
-    col = 1
+    per_head = (len(pattern) - 2) // len(sizes)  # member columns of each head (−1 padded, members first)
     for h, size in enumerate(sizes):
         value = tables["value"][h]
         head = value[np.full(C, BOS)]
-        for _ in range(size - 1):
+        for col in range(1 + h * per_head, size + h * per_head):
             head = head + value[token(col)]
-            col += 1
         logits = logits + head / float(size)
     target = token(len(pattern) - 1)
     rows = np.arange(C)
