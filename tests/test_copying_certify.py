@@ -4,6 +4,7 @@ and too small M; its attention bound contains the measured deviation; the smalle
 gives an exact model; one-line errors."""
 from __future__ import annotations
 
+import copy
 import functools
 
 import numpy as np
@@ -127,6 +128,28 @@ def test_certified_attention_bound_contains_the_measured_deviation(task: str) ->
         uniform /= uniform.sum()
         worst = max(worst, 0.5 * float(np.abs(pattern[q, : q + 1] - uniform).sum()))
     assert 1e-4 < worst <= tv_bound < 10 * worst
+
+
+def test_float32_term_contains_the_measured_rounding() -> None:
+    """The float32 model against the same weights evaluated in float64 (≈ the real function): every
+    logit gap moves by less than the certified float term Σ_r |W_U[r, t] − W_U[r, o]|·Δfloat[r] +
+    the readout term, and by a measurable amount (so the comparison can fail)."""
+    n = 300
+    model, _ = model_for("copy", n, "float32")
+    cert = certify(model, "copy", n, "float32")
+    labels, W_U = model.annotations.residual, model.unembed.W_U.double().numpy()
+    delta = np.zeros(len(labels))
+    for name, parts in cert.deltas.items():
+        delta[labels.index(name)] = parts["float"]
+    x = np.concatenate([np.full(200, 7), np.arange(100) % 10]).astype(np.uint8)
+    low, _ = _attention(model, "copy", x)
+    high, _ = _attention(copy.deepcopy(model).double(), "copy", x)
+    expected = np.concatenate([x, [COPY.EOS]])
+    low, high = low[n + 1:].double().detach().numpy(), high[n + 1:].detach().numpy()
+    rows = np.arange(n + 1)
+    moved = np.abs((low[rows, expected][:, None] - low) - (high[rows, expected][:, None] - high))
+    allowed = np.abs(W_U[:, expected].T[:, None, :] - W_U.T[None, :, :]) @ delta + cert.float_terms.logit_error
+    assert np.all(moved <= allowed) and moved.max() > 1e-7
 
 
 @pytest.mark.parametrize("task", ["copy", "reverse"])
