@@ -88,7 +88,7 @@ def margins_lines(cert: Certificate, meta: dict, search, elapsed: float) -> list
                    + ", ".join(f"{k} {_fmt(v)}" for k, v in parts.items()) + ")")
     out.append("readout margins (hard-max limit right for every digit assignment):")
     for c in cert.classes:
-        out.append(f"  {c.description}  [{c.positions} positions, {c.configs} assignments]")
+        out.append(f"  class of {c.description}  [{c.positions} positions, {c.configs} assignments]")
         out.append(f"      binding: {c.where}; needs {_fmt(sum(c.parts.values()))} -> slack ×{c.slack:.3g}")
     if search is not None:
         if search.M is None:
