@@ -10,7 +10,8 @@ model. The colour scale, palette and black mask below 0.01 are those of
 Titles say what a head reads. For the reference that is its declared role; for a trained head it
 is read off the maps: at each answer row (the query ``=`` or ``c_i``, which predicts ``c_{i+1}``;
 ``=`` counts as i = −1) the key with the most attention, named either absolutely (``b_0``, ``BOS``)
-or relative to the query (``a_{i+1}``), whichever names more rows the same way. Each trained head
+or relative to the query (``a_{i+1}``), whichever names more rows the same way (on a tie, the
+relative name: a head that reads ``a_{i+1}`` falls back to ``BOS`` where a has no such digit). Each trained head
 also names the reference head whose answer rows are closest (cosine similarity).
 """
 from __future__ import annotations
@@ -83,7 +84,8 @@ def math_text(role: str) -> str:
 
 def describe_head(pattern: np.ndarray, roles: list[str]) -> str:
     """What a head reads on the answer rows: the key with the most attention, named in the way
-    (absolute or relative to the query) that fits the most rows, and in how many rows it wins."""
+    (absolute or relative to the query; relative on a tie) that fits the most rows, and in how
+    many rows it wins."""
     first = roles.index("=")
     rows = range(first, len(roles))
     abs_names, rel_names = Counter(), Counter()
@@ -93,7 +95,7 @@ def describe_head(pattern: np.ndarray, roles: list[str]) -> str:
         abs_names[absolute(key)] += 1
         rel_names[relative(key, i)] += 1
     (a_name, a_count), (r_name, r_count) = abs_names.most_common(1)[0], rel_names.most_common(1)[0]
-    name, count = (a_name, a_count) if a_count >= r_count else (r_name, r_count)
+    name, count = (a_name, a_count) if a_count > r_count else (r_name, r_count)  # a tie: the relative name
     return f"reads {math_text(name)} ({count}/{len(rows)} answer rows)"
 
 
