@@ -149,9 +149,14 @@ def layered_attention_command(cons, cons_desc: dict[str, Any], trained, desc: di
     ref, tr = layer_maps(cons_att, declared, tr_att, roles)
     idle = [l for l in range(cons.cfg.n_layers) if declared is not None and all(k[0] != l for k in declared)]
     text = get_task(task).decode(example[:-1])
-    what = f"one {n}-digit example, {text}" if samples == 1 else f"mean over {samples} {n}-digit examples"
+    ref_score, score = (evaluate(m, d["positions"], [n], samples, task=task, seed=seed)[0]  # the same examples
+                        for m, d in ((cons, cons_desc), (trained, desc)))
+    right = lambda r: f"{100 * r['token_accuracy']:.0f}% of the answer tokens (exact match {100 * r['exact_match']:.0f}%)"
+    what = (f"one {n}-digit example, {text} (answer least significant digit first)" if samples == 1
+            else f"mean over {samples} {n}-digit examples")
     title = (f"{task}: attention of the {cons_desc['name']} and of a trained {trained.cfg.n_layers}-layer "
-             f"{trained.cfg.n_heads}-head model ({what})")
+             f"{trained.cfg.n_heads}-head model, {what}.\nTeacher-forced, the trained model gets {right(score)} "
+             f"right here, the construction {right(ref_score)}.")
     fig = layers_figure(ref, tr, roles, "construction", title, idle)
     save_figure(fig, paths)
     strip = lambda t: t.replace("$", "").replace("\\", "")
@@ -159,7 +164,8 @@ def layered_attention_command(cons, cons_desc: dict[str, Any], trained, desc: di
         log(f"trained layer {m.layer + 1} head {m.head + 1}: {strip(m.reads)}; {m.closest}")
     log(f"wrote {', '.join(map(str, paths))}")
     return {"digits": n, "samples": samples, "checkpoint": desc["path"], "reference": cons_desc["name"],
-            "example_input": text,
+            "example_input": text, "trained_exact_match": score["exact_match"],
+            "trained_token_accuracy": score["token_accuracy"],
             "reference_heads": [{"layer": m.layer + 1, "head": m.head + 1, "reads": strip(m.reads)} for m in ref],
             "trained_heads": [{"layer": m.layer + 1, "head": m.head + 1, "reads": strip(m.reads),
                                "closest": m.closest} for m in tr]}

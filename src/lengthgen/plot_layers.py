@@ -158,7 +158,9 @@ def layers_figure(ref: list[HeadMap], trained: list[HeadMap], roles: list[str], 
     cb = fig.colorbar(im, cax=cax)
     cb.set_label(f"attention probability (black: < {MASK_BELOW})", fontsize=fs + 1.5)
     cb.ax.tick_params(labelsize=fs)
-    note = f"; {ref_name} layer(s) {', '.join(str(l + 1) for l in idle_layers)} have no attention" if idle_layers else ""
-    fig.suptitle(f"{title}\nqueries are rows, keys are columns; rows from '=' down (below the blue line) predict "
+    idle = ", ".join(str(l + 1) for l in idle_layers)
+    note = (f"; {ref_name} layer {idle} has no attention" if len(idle_layers) == 1 else
+            f"; {ref_name} layers {idle} have no attention" if idle_layers else "")
+    fig.suptitle(f"{title.replace('$', chr(92) + '$')}\nQueries are rows, keys are columns; rows from '=' down (below the blue line) predict "
                  f"the answer: '=' predicts c0, c_i predicts c_(i+1){note}", fontsize=fs + 4, y=1 - 0.15 / H, va="top")
     return fig
