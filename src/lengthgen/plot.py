@@ -2,6 +2,8 @@
 
     python -m lengthgen.plot attention --construction construction --checkpoint runs/NAME --digits 6 \\
         --samples 1000 --out figures/attention_addition.png
+    python -m lengthgen.plot attention --construction DIR --checkpoint checkpoints/multiplication_nx2_coupled_2l4h \\
+        --digits 5 --samples 1 --out figures/attention_multiplication_trained.png   # DIR: constructions.multiplication export
     python -m lengthgen.plot length --checkpoint coupled=runs/A --checkpoint ape=runs/B \\
         --checkpoint nope=runs/C --construction construction --digits 1-15 --out figures/length_generalization.png
     python -m lengthgen.plot all [--construction DIR] [--force]   # every figure from the committed checkpoints/
