@@ -24,3 +24,9 @@ else
 fi
 #  6. the heads of the N×2 multiplication construction.
 "$PY" -m constructions.multiplication.figure
+#  7. the N×2 construction (exported as a checkpoint) beside the committed 2-layer trained model, every layer
+#     and head on one 5-digit example (docs/training.md, "N×2 multiplication").
+"$PY" -m constructions.multiplication export "$work/multiplication" --digits 15
+"$PY" -m lengthgen.plot attention --construction "$work/multiplication" \
+    --checkpoint checkpoints/multiplication_nx2_coupled_2l4h --digits 5 --samples 1 \
+    --out figures/attention_multiplication_trained.png --force --no-progress

@@ -9,8 +9,10 @@ import pytest
 import torch
 
 from constructions.addition.export import export
+from constructions.multiplication.export import export as export_multiplication
 from lengthgen.plot import main
 from lengthgen.plot_attention import answer_rows, match_heads, role_labels
+from lengthgen.plot_layers import describe_head, token_roles
 from lengthgen.train import TrainConfig, train
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -27,6 +29,11 @@ def runs(tmp_path_factory) -> dict[str, Path]:
         assert train(cfg, root / scheme, progress=False) == 0
         out[scheme] = root / scheme
     out["construction"] = export(root / "construction", n_digits=8)
+    cfg = TrainConfig(task="multiplication_nx2", layers=2, heads=2, d_model=32, d_mlp=64, batch_size=32,
+                      train_digits="1-3", max_digits=5, steps=10, checkpoint_every=1000)
+    assert train(cfg, root / "mul", progress=False) == 0
+    out["mul"] = root / "mul"
+    out["mul_construction"] = export_multiplication(root / "mul_construction", n_digits=5)
     return out
 
 
@@ -107,3 +114,36 @@ def test_labels_and_answer_rows():
     assert len(labels) == 3 * 3 + 4 and labels[0] == "BOS" and labels[4] == "+" and labels[8] == "="
     rows = answer_rows(3)
     assert labels[rows] == ["=", "$c_{0}$", "$c_{1}$", "$c_{2}$", "$c_{3}$"]
+
+
+def test_layered_attention_figure_of_the_multiplication_construction(runs, tmp_path, capsys):
+    out = tmp_path / "mul.png"
+    assert main(["attention", "--construction", str(runs["mul_construction"]), "--checkpoint", str(runs["mul"]),
+                 "--digits", "3", "--samples", "1", "--out", str(out), "--no-progress"]) == 0
+    assert_images(out)
+    printed = capsys.readouterr().out.splitlines()
+    heads = [line for line in printed if line.startswith("trained layer")]
+    assert len(heads) == 4 and all("reads" in h and "closest: construction L" in h for h in heads)
+    assert main(["attention", "--construction", str(runs["construction"]), "--checkpoint", str(runs["mul"]),
+                 "--digits", "3", "--out", str(tmp_path / "mixed.png")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "multiplication_nx2 model" in err[0] and "addition model" in err[0]
+
+
+def test_head_description_names_keys_relative_to_the_query_or_absolutely():
+    assert token_roles("multiplication_nx2", 2) == ["BOS", "a1", "a0", "*", "b1", "b0", "=", "c0", "c1", "c2", "c3"]
+    roles = token_roles("multiplication_nx2", 4)
+    T, eq = len(roles), roles.index("=")
+    shifted, fixed = np.zeros((T, T)), np.zeros((T, T))
+    for r in range(eq, T):
+        i = -1 if roles[r] == "=" else int(roles[r][1:])
+        shifted[r, roles.index(f"a{i + 1}") if f"a{i + 1}" in roles else 0] = 1.0  # beyond a: BOS
+        fixed[r, roles.index("b0")] = 1.0
+    assert describe_head(shifted, roles) == "reads $a_{i+1}$ (4/7 answer rows)"
+    assert describe_head(fixed, roles) == "reads $b_0$ (7/7 answer rows)"
+    short = token_roles("multiplication_nx2", 3)  # a_{i+1} in 3 rows, BOS (no such digit) in 3: a tie
+    tie = np.zeros((len(short), len(short)))
+    for r in range(short.index("="), len(short)):
+        i = -1 if short[r] == "=" else int(short[r][1:])
+        tie[r, short.index(f"a{i + 1}") if f"a{i + 1}" in short else 0] = 1.0
+    assert describe_head(tie, short) == "reads $a_{i+1}$ (3/6 answer rows)"

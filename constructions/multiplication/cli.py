@@ -26,6 +26,7 @@ EPILOG = f"""examples:
   {PROG} --digits 100000
   {PROG} --a 653 --b 49 --mode greedy
   {PROG} --a @a.txt --b 97 --output product.txt --json
+  {PROG} export DIR --digits 20   # the model as a checkpoint (see export --help)
 exit status: 0 the model's product is exactly right, 1 it is wrong, 2 bad input"""
 
 
@@ -114,6 +115,11 @@ def product_digits(pred: np.ndarray) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["export"]:  # python -m constructions.multiplication export DIR: see .export
+        from .export import main as export_main
+
+        return export_main(argv[1:])
     return run_cli(PROG, lambda: _main(argv))
 
 

@@ -2,6 +2,8 @@
 
     python -m lengthgen.plot attention --construction construction --checkpoint runs/NAME --digits 6 \\
         --samples 1000 --out figures/attention_addition.png
+    python -m lengthgen.plot attention --construction DIR --checkpoint checkpoints/multiplication_nx2_coupled_2l4h \\
+        --digits 5 --samples 1 --out figures/attention_multiplication_trained.png   # DIR: constructions.multiplication export
     python -m lengthgen.plot length --checkpoint coupled=runs/A --checkpoint ape=runs/B \\
         --checkpoint nope=runs/C --construction construction --digits 1-15 --out figures/length_generalization.png
     python -m lengthgen.plot all [--construction DIR] [--force]   # every figure from the committed checkpoints/
@@ -88,15 +90,17 @@ def train_info(checkpoint: str) -> dict[str, Any]:
 
 def attention_command(construction: str, checkpoint: str, n: int, samples: int, out: str | Path, force: bool,
                       seed: int = DEFAULT_SEED, log=print) -> dict[str, Any]:
-    """Build the attention figure of ``construction`` beside ``checkpoint`` (both any checkpoint of
-    the addition task); returns the head matching (also printed through ``log``)."""
+    """Build the attention figure of ``construction`` beside ``checkpoint`` (two checkpoints of one
+    task); returns the head matching (also printed through ``log``). A 1-layer addition reference
+    gets paired maps (:mod:`.plot_attention`), any other every layer and head (:mod:`.plot_layers`)."""
     paths = outputs(out)
     check_free(paths, force)
     cons, cons_desc = load_for_eval(construction, n)
     trained, desc = load_for_eval(checkpoint, n)
-    for d, what in ((cons_desc, construction), (desc, checkpoint)):
-        if d["task"] != "addition":
-            raise RunError(f"{what}: attention maps are drawn for addition models, not {d['task']}")
+    if cons_desc["task"] != desc["task"]:
+        raise RunError(f"{checkpoint} is a {desc['task']} model, {construction} a {cons_desc['task']} model")
+    if cons_desc["task"] != "addition" or cons.cfg.n_layers > 1:
+        return layered_attention_command(cons, cons_desc, trained, desc, n, samples, paths, seed, log)
     head_names = tuple(cons.annotations.head_names or [f"head {h + 1}" for h in range(cons.cfg.n_heads)])
     if cons.cfg.n_layers != 1:
         raise RunError(f"{construction}: the reference model must have 1 layer, it has {cons.cfg.n_layers}")
@@ -127,6 +131,46 @@ def attention_command(construction: str, checkpoint: str, n: int, samples: int, 
             "matching": [{"construction_head": head_names[m.head], "trained_layer": m.layer + 1,
                           "trained_head": m.trained_head + 1, "cosine_answer_rows": round(m.answer_similarity, 4),
                           "cosine_all_rows": round(m.full_similarity, 4)} for m in matches]}
+
+
+def layered_attention_command(cons, cons_desc: dict[str, Any], trained, desc: dict[str, Any], n: int, samples: int,
+                              paths: list[Path], seed: int, log=print) -> dict[str, Any]:
+    """Every layer and head of a multi-layer reference (its working heads) and of the trained model
+    (:mod:`lengthgen.plot_layers`), on ``samples`` n-digit examples (1: one example, no averaging)."""
+    from .plot_layers import layer_maps, layers_figure, token_roles
+    from .runs import head_roles
+    from .tasks import get_task
+
+    task = desc["task"]
+    roles = token_roles(task, n)
+    cons_att, example = mean_attention(cons, cons_desc["positions"], n, samples, task=task, seed=seed)
+    tr_att, example2 = mean_attention(trained, desc["positions"], n, samples, task=task, seed=seed)
+    if not (example == example2).all():
+        raise RunError("the two models were probed on different inputs")
+    declared = head_roles(cons)
+    ref, tr = layer_maps(cons_att, declared, tr_att, roles)
+    idle = [l for l in range(cons.cfg.n_layers) if declared is not None and all(k[0] != l for k in declared)]
+    text = get_task(task).decode(example[:-1])
+    ref_score, score = (evaluate(m, d["positions"], [n], samples, task=task, seed=seed)[0]  # the same examples
+                        for m, d in ((cons, cons_desc), (trained, desc)))
+    right = lambda r: f"{100 * r['token_accuracy']:.0f}% of the answer tokens (exact match {100 * r['exact_match']:.0f}%)"
+    what = (f"one {n}-digit example, {text} (answer least significant digit first)" if samples == 1
+            else f"mean over {samples} {n}-digit examples")
+    title = (f"{task}: attention of the {cons_desc['name']} and of a trained {trained.cfg.n_layers}-layer "
+             f"{trained.cfg.n_heads}-head model, {what}.\nTeacher-forced, the trained model gets {right(score)} "
+             f"right here, the construction {right(ref_score)}.")
+    fig = layers_figure(ref, tr, roles, "construction", title, idle)
+    save_figure(fig, paths)
+    strip = lambda t: t.replace("$", "").replace("\\", "")
+    for m in tr:
+        log(f"trained layer {m.layer + 1} head {m.head + 1}: {strip(m.reads)}; {m.closest}")
+    log(f"wrote {', '.join(map(str, paths))}")
+    return {"digits": n, "samples": samples, "checkpoint": desc["path"], "reference": cons_desc["name"],
+            "example_input": text, "trained_exact_match": score["exact_match"],
+            "trained_token_accuracy": score["token_accuracy"],
+            "reference_heads": [{"layer": m.layer + 1, "head": m.head + 1, "reads": strip(m.reads)} for m in ref],
+            "trained_heads": [{"layer": m.layer + 1, "head": m.head + 1, "reads": strip(m.reads),
+                               "closest": m.closest} for m in tr]}
 
 
 def measure(models: list[tuple[str | None, str]], digits: list[int], samples: int, seed: int, progress: bool
@@ -225,8 +269,8 @@ def parser() -> OneLineParser:
     a.add_argument("--construction", default=CONSTRUCTION,
                    help="reference model: checkpoint path or registered name (default: construction, Theorem 5.1)")
     a.add_argument("--checkpoint", required=True, help="trained run/checkpoint (coupled positions for a like-for-like map)")
-    a.add_argument("--digits", type=int, default=6, help="operand length of the probe additions")
-    a.add_argument("--samples", type=int, default=1000)
+    a.add_argument("--digits", type=int, default=6, help="(first) operand length of the probe examples")
+    a.add_argument("--samples", type=int, default=1000, help="probe examples averaged (1: one example)")
     a.add_argument("--out", default="figures/attention_addition.png")
     ln = sub.add_parser("length", help="exact match vs operand length")
     ln.add_argument("--checkpoint", action="append", default=[], help="LABEL=PATH (repeatable)")

@@ -197,6 +197,23 @@ def checkpoint_notes(*, task: str, positions: str, train_digits: str | None = No
     return {NOTE_PREFIX + k: v for k, v in notes.items() if v is not None}
 
 
+HEAD_ROLES = "head_roles"  # note: JSON {"LAYER.HEAD": what the head reads} (0-based), for multi-layer constructions
+
+
+def head_roles_note(roles: dict[tuple[int, int], str]) -> dict[str, str]:
+    """The note that names what each (layer, head) of a construction reads (``lengthgen.plot
+    attention`` titles its panels with it; heads without a role are drawn as idle)."""
+    return {NOTE_PREFIX + HEAD_ROLES: json.dumps({f"{layer}.{head}": text for (layer, head), text in sorted(roles.items())})}
+
+
+def head_roles(model: Transformer) -> dict[tuple[int, int], str] | None:
+    """The roles of :func:`head_roles_note` carried by ``model``, or ``None``."""
+    text = model_notes(model).get(HEAD_ROLES)
+    if text is None:
+        return None
+    return {tuple(int(i) for i in key.split(".")): role for key, role in json.loads(text).items()}  # type: ignore[misc]
+
+
 def with_notes(model: Transformer, notes: dict[str, str]) -> Transformer:
     """``model`` with ``notes`` added to its annotations (the model itself is shared, not copied)."""
     model.annotations = replace(model.annotations, notes={**model.annotations.notes, **notes})
