@@ -167,7 +167,8 @@ def _certify(W: Weights, n: int, start: int, cache: dict) -> Certificate:
     for h, name, res, members, tok, cls, pos in _layer(W, 0, keys1, zero_rest, np.arange(Lk), content1, group, used, id_row):
         if np.any(W.W_V[0][h][digit_cols]):
             raise StructureError(f"{name}: its values depend on the digit (W_V reads {', '.join(W.labels[c] for c in digit_cols)})")
-        value_of = Iv(tok.lo[[t[0] for t in tokens_of]], tok.hi[[t[0] for t in tokens_of]])[group] + pos[id_row]
+        first = [t[0] for t in tokens_of]  # every digit has the same value (checked above)
+        value_of = (Iv(tok.lo[first], tok.hi[first]) + cls)[group] + pos[id_row]
         out1 = out1 + _mean_over(members, value_of, res.size)
         delta1 = I.up_add(delta1, I.up(res.tv * _range(tok, cls, pos)))
         heads_info.append(_head_info(name, res))
@@ -183,8 +184,10 @@ def _certify(W: Weights, n: int, start: int, cache: dict) -> Certificate:
     delta2 = np.zeros(d)
     layer2 = _layer(W, 1, keys2, rest2, Q, widened, cls2[Q], used, id_row)
     for h, name, res, members, tok, cls, pos in layer2:
+        # values read the residual, which layer 1 left off by ≤ Δ₁: each value moves by ≤ shift, so the
+        # output moves by ≤ TV·(range + 2·shift) (leak and spread) + shift (the values inside S)
         shift = I.up_matmul_nonneg(delta1[None], I.matmul(W.W_V[1][h], W.W_O[1][h]).mag())[0]
-        delta2 = I.up_add(delta2, I.up(res.tv * _range(tok, cls, pos)), shift)
+        delta2 = I.up_add(delta2, I.up(res.tv * I.up_add(_range(tok, cls, pos), 2 * shift)), shift)
         heads_info.append(_head_info(name, res))
     delta = I.up_add(delta1, delta2)
     # ---- c. MLPs: classes of answer positions, every local configuration
@@ -231,7 +234,7 @@ def _certify(W: Weights, n: int, start: int, cache: dict) -> Certificate:
         for var in sorted(terms[k]):
             parts += [repr(var).encode(), terms[k][var].lo.tobytes(), terms[k][var].hi.tobytes()]
         signature.append(hashlib.sha1(b"|".join(parts)).hexdigest())
-    classes, slack, failure, mlp2 = [], math.inf, None, []
+    classes, slack, failure, mlp2, most = [], math.inf, None, [], 0
     order = {}
     for k, sig in enumerate(signature):
         order.setdefault(sig, []).append(k)
@@ -246,7 +249,8 @@ def _certify(W: Weights, n: int, start: int, cache: dict) -> Certificate:
             return _fail(n, "hardmax", f"{spec.describe()}: {tables.hardmax_error}", heads=heads_info)
         result = check(tables, rho, perturbed)
         classes.append((spec.describe(), len(rows), tables.n_configs, tables.n_groups, result))
-        mlp2 = tables.mlp2_groups
+        if len(spec.terms) >= most:
+            most, mlp2 = len(spec.terms), tables.mlp2_groups
         if result.slack < slack:
             slack = result.slack
             if not slack > 1:

@@ -69,7 +69,7 @@ class ClassSpec:
 
     def describe(self) -> str:
         where = "'='" if self.i == -1 else f"c_{self.i}" if self.i < 2 or self.i > self.n - 2 else f"c_i, 2 ≤ i ≤ {self.n - 2}"
-        reads = ", ".join(f"{r}_{{i{k:+d}}}" if r == "a" else f"{r}_{k}" if r == "b" else "c_i" for r, k in self.terms)
+        reads = ", ".join(f"b_{k}" if r == "b" else f"{r}_i" if k == 0 else f"{r}_(i{k:+d})" for r, k in self.terms)
         return f"{where} (reads {reads or 'no digit'})"
 
 
