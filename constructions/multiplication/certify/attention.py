@@ -81,7 +81,8 @@ def head_attention(W_Q: np.ndarray, b_Q: np.ndarray, W_K: np.ndarray, b_K: np.nd
     used = np.unique(keys.ids)
     support = np.nonzero(np.any(W_K != 0, axis=1))[0]
     position_free = _hull_ok(W_pos[used][:, support])
-    alpha = ((I.affine(q_content, W_Q, b_Q)[q_cls] + I.matmul(W_pos[keys.ids[q_pos]], W_Q)) * scale)
+    q_ids, q_row = np.unique(keys.ids[q_pos], return_inverse=True)
+    alpha = (I.affine(q_content, W_Q, b_Q)[q_cls] + I.matmul(W_pos[q_ids], W_Q)[q_row.reshape(-1)]) * scale
     kappa = I.affine(keys.content, W_K, b_K)  # [C, dh]
     C, Q = kappa.shape[0], len(q_pos)
     if position_free:
@@ -128,7 +129,8 @@ def head_attention(W_Q: np.ndarray, b_Q: np.ndarray, W_K: np.ndarray, b_K: np.nd
     in_s = present & (scores.hi >= (lo_top - TIE_WIDTH)[:, None])
     min_s = np.where(in_s, scores.lo, np.inf).min(1)
     max_s = np.where(in_s, scores.hi, -np.inf).max(1)
-    eta = float(I.up(max_s - min_s).max())
+    size = (count * in_s).sum(1)
+    eta = float(np.where(size > 1, I.up(max_s - min_s), 0.0).max())  # one key alone has no spread
     out = present & ~in_s
     n_out = int((count * out).sum(1).max())
     top_out = I.up(np.where(out, scores.hi, -np.inf).max(1) - min_s)
@@ -136,7 +138,6 @@ def head_attention(W_Q: np.ndarray, b_Q: np.ndarray, W_K: np.ndarray, b_K: np.nd
     if members is not None:
         keep = (members >= 0) & in_s[np.arange(Q)[:, None], keys.cls[np.maximum(members, 0)]]
         members = np.where(keep, members, -1)
-    size = (count * in_s).sum(1)
     parts = [0.0]
     if n_out:
         parts.append(float(I.up(n_out * I.exp(Iv.exact(np.array([top_out.max()]))).hi[0])))

@@ -75,12 +75,14 @@ def _hull(rows: np.ndarray) -> Iv:
     return Iv(rows.min(0), rows.max(0))
 
 
-def _value_parts(W: Weights, layer: int, h: int, rest: Iv, used: np.ndarray) -> tuple[Iv, Iv, Iv]:
-    """Per head: W_E[t]·W_V·W_O for every token, (rest_c·W_V + b_V)·W_O per content class, W_pos[q]·W_V·W_O per ID."""
-    WV, WO = W.W_V[layer][h], W.W_O[layer][h]
-    tok = I.matmul(I.matmul(W.W_E, WV), WO)
-    cls = I.matmul(I.affine(rest, WV, W.b_V[layer][h]), WO)
-    pos = I.matmul(I.matmul(W.W_pos[used], WV), WO)
+def _value_parts(W: Weights, layer: int, h: int, rest: Iv, used: np.ndarray, cols: np.ndarray) -> tuple[Iv, Iv, Iv]:
+    """Per head, on the residual coordinates ``cols`` it writes: W_E[t]·W_V·W_O for every token,
+    (rest_c·W_V + b_V)·W_O per content class, W_pos[q]·W_V·W_O per ID."""
+    WO = W.W_O[layer][h][:, cols]
+    VO = I.matmul(W.W_V[layer][h], WO)
+    tok = I.matmul(W.W_E, VO)
+    cls = I.matmul(I.affine(rest, W.W_V[layer][h], W.b_V[layer][h]), WO)
+    pos = I.matmul(W.W_pos[used], VO)
     return tok, cls, pos
 
 
@@ -117,18 +119,29 @@ def _mean_over(members: np.ndarray, value_of: Iv, size: np.ndarray) -> Iv:
     return total / size[:, None].astype(np.float64)
 
 
+def _written(W: Weights, layer: int, h: int) -> np.ndarray:
+    return np.nonzero(np.any(W.W_O[layer][h] != 0, axis=0))[0]
+
+
 def _layer(W: Weights, layer: int, keys: Keys, rest: Iv, q_pos: np.ndarray, q_content: Iv, q_cls: np.ndarray,
-           used: np.ndarray, id_row: np.ndarray):
-    """One attention layer: per working head the bounds, the members of S and the value parts."""
+           used: np.ndarray):
+    """One attention layer: per working head the bounds, the members of S and the value parts on the
+    coordinates the head writes (every other coordinate of its output is exactly 0)."""
     out = []
     for h in W.working_heads(layer):
         name = f"layer {layer + 1} head {h}"
         res = head_attention(W.W_Q[layer][h], W.b_Q[layer][h], W.W_K[layer][h], W.b_K[layer][h], W.W_pos, W.scale,
                              keys, q_pos, q_content, q_cls, name)
-        tok, cls, pos = _value_parts(W, layer, h, rest, used)
-        members = _members(res, keys, q_pos, name)
-        out.append((h, name, res, members, tok, cls, pos))
+        cols = _written(W, layer, h)
+        tok, cls, pos = _value_parts(W, layer, h, rest, used, cols)
+        out.append((h, name, res, _members(res, keys, q_pos, name), cols, tok, cls, pos))
     return out
+
+
+def _scatter(values: np.ndarray, cols: np.ndarray, d: int) -> np.ndarray:
+    full = np.zeros(d)
+    full[cols] = values
+    return full
 
 
 def certify(model: Transformer, n: int, start: int = START_ID, cache: dict | None = None) -> Certificate:
@@ -160,34 +173,40 @@ def _certify(W: Weights, n: int, start: int, cache: dict) -> Certificate:
     tokens_of = [ROLE_TOKENS[0], DIGITS, ROLE_TOKENS[2], ROLE_TOKENS[ROLE_EQ]]
     content1 = Iv(np.stack([W.W_E[t].min(0) for t in tokens_of]), np.stack([W.W_E[t].max(0) for t in tokens_of]))
     keys1 = Keys(group, L.ids, content1, table, m_max)
-    zero_rest = Iv.exact(np.zeros((4, d)))
     heads_info: list[dict] = []
-    out1 = Iv.exact(np.zeros((Lk, d)))
+    W1 = np.nonzero(np.any([np.any(W.W_O[0][h] != 0, axis=0) for h in W.working_heads(0)] + [W.b_O[0] != 0, W.b_out[0] != 0],
+                           axis=0))[0]  # every coordinate layer 1 can change
+    out1 = Iv.exact(np.zeros((Lk, len(W1))) + (W.b_O[0] + W.b_out[0])[W1])  # the layer-1 MLP adds exactly b_out
     delta1 = np.zeros(d)
-    for h, name, res, members, tok, cls, pos in _layer(W, 0, keys1, zero_rest, np.arange(Lk), content1, group, used, id_row):
+    first = [t[0] for t in tokens_of]  # every digit has the same layer-1 value (checked below)
+    for h, name, res, members, cols, tok, cls, pos in _layer(W, 0, keys1, Iv.exact(np.zeros((4, d))), np.arange(Lk),
+                                                             content1, group, used):
         if np.any(W.W_V[0][h][digit_cols]):
             raise StructureError(f"{name}: its values depend on the digit (W_V reads {', '.join(W.labels[c] for c in digit_cols)})")
-        first = [t[0] for t in tokens_of]  # every digit has the same value (checked above)
-        value_of = (Iv(tok.lo[first], tok.hi[first]) + cls)[group] + pos[id_row]
-        out1 = out1 + _mean_over(members, value_of, res.size)
-        delta1 = I.up_add(delta1, I.up(res.tv * _range(tok, cls, pos)))
+        value_of = (Iv(tok.lo[first], tok.hi[first]) + cls)[group] + pos[id_row]  # [Lk, |cols|]
+        mean = _mean_over(members, value_of, res.size)
+        at = np.searchsorted(W1, cols)
+        total = Iv(out1.lo[:, at], out1.hi[:, at]) + mean
+        out1.lo[:, at], out1.hi[:, at] = total.lo, total.hi
+        delta1 = I.up_add(delta1, _scatter(I.up(res.tv * _range(tok, cls, pos)), cols, d))
         heads_info.append(_head_info(name, res))
-    out1 = out1 + W.b_O[0] + W.b_out[0]  # the layer-1 MLP adds exactly b_out (W_out = 0 is checked)
     # ---- b. layer 2: key classes are token kind × what layer 1 wrote, widened by Δ₁
     cls2 = _group_rows(np.column_stack([group.astype(np.float64), out1.lo, out1.hi]))
     reps = np.array([int(np.argmax(cls2 == c)) for c in range(int(cls2.max()) + 1)])
-    rest2 = out1[reps]  # what layer 1 left at each class (no token, no position)
+    rest2 = Iv(np.zeros((len(reps), d)), np.zeros((len(reps), d)))
+    rest2.lo[:, W1], rest2.hi[:, W1] = out1.lo[reps], out1.hi[reps]  # what layer 1 left (no token, no position)
     content2 = content1[group[reps]] + rest2
     widened = Iv(I.down(content2.lo - delta1), I.up(content2.hi + delta1))
     keys2 = Keys(cls2, L.ids, widened, table, m_max)
     Q = L.queries
     delta2 = np.zeros(d)
-    layer2 = _layer(W, 1, keys2, rest2, Q, widened, cls2[Q], used, id_row)
-    for h, name, res, members, tok, cls, pos in layer2:
+    layer2 = _layer(W, 1, keys2, rest2, Q, widened, cls2[Q], used)
+    for h, name, res, members, cols, tok, cls, pos in layer2:
         # values read the residual, which layer 1 left off by ≤ Δ₁: each value moves by ≤ shift, so the
         # output moves by ≤ TV·(range + 2·shift) (leak and spread) + shift (the values inside S)
-        shift = I.up_matmul_nonneg(delta1[None], I.matmul(W.W_V[1][h], W.W_O[1][h]).mag())[0]
-        delta2 = I.up_add(delta2, I.up(res.tv * I.up_add(_range(tok, cls, pos), 2 * shift)), shift)
+        shift = I.up_matmul_nonneg(delta1[None], I.matmul(W.W_V[1][h], W.W_O[1][h][:, cols]).mag())[0]
+        move = I.up_add(I.up(res.tv * I.up_add(_range(tok, cls, pos), 2 * shift)), shift)
+        delta2 = I.up_add(delta2, _scatter(move, cols, d))
         heads_info.append(_head_info(name, res))
     delta = I.up_add(delta1, delta2)
     # ---- c. MLPs: classes of answer positions, every local configuration
@@ -201,54 +220,55 @@ def _certify(W: Weights, n: int, start: int, cache: dict) -> Certificate:
     perturbed = written[D[d3u]]
     lip = I.up_matmul_nonneg(I.up_matmul_nonneg(delta[None], np.abs(W.W_in[1])), np.abs(W.W_out[1]))[0]
     rho = I.up_add(delta, lip)[D[d3u]]
-    fixed = Iv.exact(W.W_pos[L.ids[Q]][:, D]) + out1[Q][:, D] + (W.b_O[1] + W.b_O[2])[D]
-    fixed = fixed + np.where((L.role[Q] == ROLE_EQ)[:, None], W.W_E[EQ][D][None], 0.0)
-    terms: list[dict] = [{} for _ in Q]
+    fixed = Iv.exact(W.W_pos[L.ids[Q]][:, D] + (W.b_O[1] + W.b_O[2])[D])
+    in_d = np.isin(W1, D)
+    add = Iv(np.zeros((len(Q), len(D))), np.zeros((len(Q), len(D))))
+    add.lo[:, np.searchsorted(D, W1[in_d])] = out1.lo[Q][:, in_d]
+    add.hi[:, np.searchsorted(D, W1[in_d])] = out1.hi[Q][:, in_d]
+    fixed = fixed + add + np.where((L.role[Q] == ROLE_EQ)[:, None], W.W_E[EQ][D][None], 0.0)
     i_of = np.arange(len(Q)) - 1
-    for k in np.nonzero(L.role[Q] == ROLE_C)[0]:
-        terms[k][("c", 0)] = Iv.exact(W.W_E[DIGITS][:, D])
-    for h, name, res, members, tok, cls, pos in layer2:
+    digit_terms = []  # per head: (head's digit table on D, variable code [Q, m], |S| [Q])
+    token_fixed = np.array([ROLE_TOKENS[int(r)][0] for r in L.role])  # the token of each non-digit position
+    for h, name, res, members, cols, tok, cls, pos in layer2:
+        sel = np.isin(cols, D)  # the coordinates the MLPs and the readout read
+        at = np.searchsorted(D, cols[sel])
         keep = members >= 0
         idx = np.maximum(members, 0)
         is_digit = keep & np.isin(L.role[idx], (ROLE_A, ROLE_B, ROLE_C))
-        token_fixed = np.array([ROLE_TOKENS[int(r)][0] for r in L.role])  # one token per non-digit role
-        value_fixed = cls[cls2] + pos[id_row]  # [Lk, d] … restricted below
-        part = Iv(np.where(keep[..., None], value_fixed.lo[idx][..., D], 0.0), np.where(keep[..., None], value_fixed.hi[idx][..., D], 0.0))
         fix_tok = keep & ~is_digit
-        part = part + Iv(np.where(fix_tok[..., None], tok.lo[token_fixed[idx]][..., D], 0.0),
-                         np.where(fix_tok[..., None], tok.hi[token_fixed[idx]][..., D], 0.0))
-        fixed = fixed + part.sum(1) / res.size[:, None].astype(np.float64)
-        digit_tok = Iv(tok.lo[DIGITS][:, D], tok.hi[DIGITS][:, D])
-        for k, j in zip(*np.nonzero(is_digit)):
-            p = int(members[k, j])
-            rel = int(L.sig[p]) - (int(i_of[k]) if L.role[p] != ROLE_B else 0)
-            var = ({ROLE_A: "a", ROLE_B: "b", ROLE_C: "c"}[int(L.role[p])], rel)
-            add = digit_tok / float(res.size[k])
-            terms[k][var] = terms[k][var] + add if var in terms[k] else add
+        value = cls[cls2[idx]] + pos[id_row[idx]] + Iv(np.where(fix_tok[..., None], tok.lo[token_fixed[idx]], 0.0),
+                                                       np.where(fix_tok[..., None], tok.hi[token_fixed[idx]], 0.0))
+        value = Iv(np.where(keep[..., None], value.lo, 0.0), np.where(keep[..., None], value.hi, 0.0))
+        mean = value.sum(1) / res.size[:, None].astype(np.float64)  # [Q, |cols|]
+        add = Iv(np.zeros((len(Q), len(D))), np.zeros((len(Q), len(D))))
+        add.lo[:, at], add.hi[:, at] = mean.lo[:, sel], mean.hi[:, sel]
+        fixed = fixed + add
+        digit_tok = Iv(np.zeros((10, len(D))), np.zeros((10, len(D))))
+        digit_tok.lo[:, at], digit_tok.hi[:, at] = tok.lo[DIGITS][:, sel], tok.hi[DIGITS][:, sel]
+        rel = L.sig[idx] - np.where(L.role[idx] == ROLE_B, 0, i_of[:, None])
+        code = np.where(is_digit, L.role[idx] * 1000 + rel + 500, -1)  # which variable each member reads
+        digit_terms.append((digit_tok, code, res.size))
+    family = np.column_stack([(0 <= i_of + r) & (i_of + r < n) for r in (1, 0, -1, -2)]
+                             + [i_of >= 2, i_of >= 1, i_of >= 0, i_of <= n, L.role[Q] == ROLE_C])
+    rows = np.column_stack([family.astype(np.float64), fixed.lo, fixed.hi]
+                           + [np.column_stack([code, size]).astype(np.float64) for _, code, size in digit_terms])
+    signature = _group_rows(rows)  # answer positions with identical rows see the same local computation
     carries = reachable_carries()
-    weights_key = _mlp_digest(W, D, d3u)
-    signature = []
-    for k, i in enumerate(i_of):
-        family = (tuple(0 <= i + r < n for r in (1, 0, -1, -2)), i >= 2, i >= 1, i >= 0, i <= n)
-        parts = [repr(family).encode(), fixed.lo[k].tobytes(), fixed.hi[k].tobytes()]
-        for var in sorted(terms[k]):
-            parts += [repr(var).encode(), terms[k][var].lo.tobytes(), terms[k][var].hi.tobytes()]
-        signature.append(hashlib.sha1(b"|".join(parts)).hexdigest())
+    weights_key = _mlp_digest(W, D, d3u) + "".join(hashlib.sha1(t.lo.tobytes() + t.hi.tobytes()).hexdigest()
+                                                   for t, _, _ in digit_terms)
     classes, slack, failure, mlp2, most = [], math.inf, None, [], 0
-    order = {}
-    for k, sig in enumerate(signature):
-        order.setdefault(sig, []).append(k)
-    for sig, rows in order.items():
-        k = rows[0]
-        spec = ClassSpec(int(i_of[k]), n, fixed[k], {v: t for v, t in sorted(terms[k].items())})
-        key = ("mlp", weights_key, sig, perturbed.tobytes())
+    for c in range(int(signature.max()) + 1):
+        members_of_class = np.nonzero(signature == c)[0]
+        k = int(members_of_class[0])
+        spec = ClassSpec(int(i_of[k]), n, fixed[k], _terms(k, digit_terms, L.role[Q[k]] == ROLE_C, W, D))
+        key = ("mlp", weights_key, rows[k].tobytes(), perturbed.tobytes())
         if key not in cache:
             cache[key] = class_tables(W, spec, D, d3u, perturbed, carries)
         tables = cache[key]
         if tables.hardmax_error:
             return _fail(n, "hardmax", f"{spec.describe()}: {tables.hardmax_error}", heads=heads_info)
         result = check(tables, rho, perturbed)
-        classes.append((spec.describe(), len(rows), tables.n_configs, tables.n_groups, result))
+        classes.append((spec.describe(), len(members_of_class), tables.n_configs, tables.n_groups, result))
         if len(spec.terms) >= most:
             most, mlp2 = len(spec.terms), tables.mlp2_groups
         if result.slack < slack:
@@ -266,6 +286,23 @@ def _certify(W: Weights, n: int, start: int, cache: dict) -> Certificate:
         cert.message = (f"{where}: {res.where} needs {res.need:.3g} but its hard-max margin is {res.margin:.3g} "
                         f"(slack ×{res.slack:.3g})" if reason == "readout" else f"{where}: {res.where}")
     return cert
+
+
+ROLE_VARIABLE = {ROLE_A: "a", ROLE_B: "b", ROLE_C: "c"}
+
+
+def _terms(k: int, digit_terms: list, query_is_digit: bool, W: Weights, D: np.ndarray) -> dict:
+    """What each digit variable adds to the residual (on D) at answer position k: the query's own token
+    and, per head, each digit key of S times 1/|S|."""
+    terms: dict[tuple[str, int], Iv] = {}
+    if query_is_digit:
+        terms[("c", 0)] = Iv.exact(W.W_E[DIGITS][:, D])
+    for digit_tok, code, size in digit_terms:
+        for c in code[k][code[k] >= 0]:
+            var = (ROLE_VARIABLE[int(c) // 1000], int(c) % 1000 - 500)
+            part = digit_tok / float(size[k])
+            terms[var] = terms[var] + part if var in terms else part
+    return dict(sorted(terms.items()))
 
 
 def _mlp_digest(W: Weights, D: np.ndarray, d3u: np.ndarray) -> str:
