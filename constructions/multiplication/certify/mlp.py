@@ -170,7 +170,7 @@ def class_tables(W: Weights, spec: ClassSpec, D: np.ndarray, d3u: np.ndarray, pe
         z = I.affine(x, W2[:, units], W.b_in[1][units])
         parts.append((I.matmul(z.relu(), W.W_out[1][units][:, D[d3u]]), _index(cfg, key, n_cfg)))
         mlp2.append((key, len(units)))
-    const3 = base[d3u] + W.b_out[1][D[d3u]]
+    const3 = base[d3u] + W.b_out[1][D[d3u]] + W.b_O[2][D[d3u]]  # the layer-2 MLP's bias; layer-3 attention adds b_O
     moving = np.zeros(len(d3u), dtype=bool)
     for table, _ in parts:
         moving |= _varying(table)
