@@ -220,7 +220,7 @@ def _certify(W: Weights, n: int, start: int, cache: dict) -> Certificate:
     perturbed = written[D[d3u]]
     lip = I.up_matmul_nonneg(I.up_matmul_nonneg(delta[None], np.abs(W.W_in[1])), np.abs(W.W_out[1]))[0]
     rho = I.up_add(delta, lip)[D[d3u]]
-    fixed = Iv.exact(W.W_pos[L.ids[Q]][:, D] + (W.b_O[1] + W.b_O[2])[D])
+    fixed = Iv.exact(W.W_pos[L.ids[Q]][:, D] + W.b_O[1][D])
     in_d = np.isin(W1, D)
     add = Iv(np.zeros((len(Q), len(D))), np.zeros((len(Q), len(D))))
     add.lo[:, np.searchsorted(D, W1[in_d])] = out1.lo[Q][:, in_d]
@@ -310,7 +310,7 @@ def _mlp_digest(W: Weights, D: np.ndarray, d3u: np.ndarray) -> str:
     cols = D[d3u]
     h = hashlib.sha1()
     for arr in (W.W_in[1][D], W.b_in[1], W.W_out[1][:, cols], W.b_out[1][cols], W.W_in[2][cols], W.b_in[2],
-                W.W_out[2][:, cols], W.W_U[cols], W.b_out[2][cols], W.b_U, d3u):
+                W.W_out[2][:, cols], W.W_U[cols], W.b_out[2][cols], W.b_O[2][cols], W.b_U, d3u):
         h.update(np.ascontiguousarray(arr).tobytes())
     h.update(repr([W.labels[c] for c in D]).encode())
     return h.hexdigest()
