@@ -94,7 +94,7 @@ def bound_lines(d_model: int) -> list[str]:
         f"non-zero IDs (s−1 = {b.lowest} … e+2 = n + {b.highest_over_n}: every token ID plus each block's offset, read from "
         "the format's coupled IDs); each needs its own non-zero code",
         f"n_max({d_model}) = 2^{b.P} − {b.n_codes - value} = {value}",
-        f"             ≈ {scientific(value)}",
+        f"             ≈ {scientific(value)}" if value >= 1 else "             (no operand length fits this width)",
     ]
 
 
@@ -103,5 +103,5 @@ def table_lines(d_min: int = 33, d_max: int = 1024) -> list[str]:
     for d in range(d_min, d_max + 1):
         b = derive_bound(d)
         v = b.n_max
-        lines.append(f"{d:>5} {b.P:>4}  {v if v < 10**15 else '≈ ' + scientific(v)}")
+        lines.append(f"{d:>5} {b.P:>4}  {v if v < 10**15 else '≈ ' + scientific(v)}" + ("  (none fits)" if v < 1 else ""))
     return lines
