@@ -189,9 +189,9 @@ def _index(cfg: dict, key: tuple, n_cfg: int) -> np.ndarray:
 def _group_keys(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Group index of each row of integer columns (1-D sorts only) and the first row of each group."""
     code = np.zeros(len(columns[0]), dtype=np.int64)
-    for col in columns:
+    for col in columns:  # the code stays below (rows)², far from int64's end
         uniq, inv = np.unique(col, return_inverse=True)
-        code = code * len(uniq) + inv.reshape(-1)
+        code = np.unique(code * len(uniq) + inv.reshape(-1), return_inverse=True)[1].reshape(-1)
     _, first, inv = np.unique(code, return_index=True, return_inverse=True)
     return inv.reshape(-1), first
 
