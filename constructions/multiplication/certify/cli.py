@@ -59,8 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("margins", help="all-inputs certificate at operand length N, exact real arithmetic",
                        description="Certify, for every N-digit a, every b ≤ 99 and every answer position, that the "
                        "softmax leaks of both attention layers stay inside the decision margins of the MLPs and the "
-                       "readout, reading every number from the model's weights. Exact real arithmetic: float rounding "
-                       "is NOT covered. Reports each bound next to its margin and the smallest M that still "
+                       "readout, reading every number from the model's weights (built as python -m "
+                       "constructions.multiplication builds it, float32). Exact real arithmetic on those stored "
+                       "numbers: float rounding of a forward pass is NOT covered. Reports each bound next to its margin and the smallest M that still "
                        "certifies. Exit 0 on PASS, 1 on FAIL.")
     m.add_argument("--digits", type=int, required=True, help="length N of a (1 ≤ N ≤ n_max(d))")
     m.add_argument("--d-model", type=int, help="embedding dimension (default: smallest that fits N)")
