@@ -12,7 +12,8 @@ from constructions.multiplication import CapacityError, build_model, instance
 from constructions.multiplication.certify.bound import bound_lines, n_max, queried_ids
 from constructions.multiplication.certify.cli import main
 from constructions.multiplication.certify.margins import certify
-from constructions.multiplication.certify.mlp import reachable_carries
+from constructions.multiplication.certify.mlp import configurations, reachable_carries
+from lengthgen.tasks import MULTIPLICATION_NX2
 from constructions.multiplication.certify.search import smallest_sharpness, with_sharpness
 from constructions.multiplication.layout import position_dims
 
@@ -43,6 +44,29 @@ def test_reachable_carries_are_those_of_schoolbook_multiplication() -> None:
                 seen.add(carry)
                 carry = column // 10
     assert seen <= set(reachable_carries().tolist()) == set(range(18))
+
+
+@pytest.mark.parametrize("n", [1, 2, 4, 7])
+def test_every_input_is_one_of_the_enumerated_configurations(n: int) -> None:
+    """Each answer position of a real input (laid out by lengthgen.tasks, answer from Python integers)
+    shows the certificate a local configuration that it enumerates, with the right target token."""
+    rng = np.random.default_rng(n)
+    carries = reachable_carries()
+    tables = {i: configurations(i, n, carries) for i in range(-1, n + 2)}
+    pairs = [("9" * n, 99), ("0" * n, 0)] + [("".join(rng.choice(list("0123456789"), n)), int(rng.integers(100)))
+                                            for _ in range(30)]
+    for a, b in pairs:
+        inst = MULTIPLICATION_NX2.instance(a, str(b).zfill(2), start=2)
+        answer = inst.tokens[n + 5: 2 * n + 8]  # c_0 … c_{n+1}, then '$'
+        digit = lambda j: int(a[n - 1 - j]) if 0 <= j < n else 0  # noqa: E731
+        for i in range(-1, n + 2):
+            cfg = tables[i]
+            hit = (cfg[("b", 0)] == b % 10) & (cfg[("b", 1)] == b // 10) & (cfg["target"] == answer[i + 1])
+            for r in (1, 0, -1, -2):
+                hit &= cfg[("a", r)] == digit(i + r)
+            if i >= 0:
+                hit &= cfg[("c", 0)] == answer[i]
+            assert hit.any(), (a, b, i)
 
 
 @pytest.mark.parametrize("n", [5, 50, 2000])
@@ -78,6 +102,15 @@ def test_fails_when_a_layer3_ramp_moves_into_the_attainable_range() -> None:
         model.blocks[2].mlp.W_in[labels.index("ONE"), unit] += 40
     cert = _broken(edit)
     assert not cert.passed and cert.reason == "hardmax", cert.message
+
+
+@pytest.mark.parametrize("edit, needle", [
+    (lambda model, labels: model.blocks[0].mlp.W_out.__setitem__((0, labels.index("A0")), 1.0), "layer-1 MLP"),
+    (lambda model, labels: model.blocks[0].attn.W_V[0].__setitem__((labels.index("NUM"), 0), 1.0), "depend on the digit"),
+])
+def test_fails_with_structure_when_the_chain_does_not_apply(edit, needle) -> None:
+    cert = _broken(edit)
+    assert not cert.passed and cert.reason == "structure" and needle in cert.message, cert.message
 
 
 def test_fails_when_M_is_too_small() -> None:
