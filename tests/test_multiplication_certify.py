@@ -46,7 +46,7 @@ def test_reachable_carries_are_those_of_schoolbook_multiplication() -> None:
     assert seen <= set(reachable_carries().tolist()) == set(range(18))
 
 
-@pytest.mark.parametrize("n", [1, 2, 4, 7])
+@pytest.mark.parametrize("n", [1, 2, 5])
 def test_every_input_is_one_of_the_enumerated_configurations(n: int) -> None:
     """Each answer position of a real input (laid out by lengthgen.tasks, answer from Python integers)
     shows the certificate a local configuration that it enumerates, with the right target token."""
@@ -54,7 +54,7 @@ def test_every_input_is_one_of_the_enumerated_configurations(n: int) -> None:
     carries = reachable_carries()
     tables = {i: configurations(i, n, carries) for i in range(-1, n + 2)}
     pairs = [("9" * n, 99), ("0" * n, 0)] + [("".join(rng.choice(list("0123456789"), n)), int(rng.integers(100)))
-                                            for _ in range(30)]
+                                            for _ in range(16)]
     for a, b in pairs:
         inst = MULTIPLICATION_NX2.instance(a, str(b).zfill(2), start=2)
         answer = inst.tokens[n + 5: 2 * n + 8]  # c_0 … c_{n+1}, then '$'
