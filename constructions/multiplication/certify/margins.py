@@ -71,10 +71,6 @@ def _group_rows(rows: np.ndarray) -> np.ndarray:
     return order[inv.reshape(-1)]
 
 
-def _hull(rows: np.ndarray) -> Iv:
-    return Iv(rows.min(0), rows.max(0))
-
-
 def _value_parts(W: Weights, layer: int, h: int, rest: Iv, used: np.ndarray, cols: np.ndarray) -> tuple[Iv, Iv, Iv]:
     """Per head, on the residual coordinates ``cols`` it writes: W_E[t]·W_V·W_O for every token,
     (rest_c·W_V + b_V)·W_O per content class, W_pos[q]·W_V·W_O per ID."""
