@@ -60,8 +60,9 @@ def d_model_for(n_digits: int) -> int:
 
 
 def required_sharpness(n_tokens: int) -> float:
-    """M = ½·ln(N / LEAK_TARGET): every head's softmax leak δ ≤ N·e^{−2M} is at most 10^{−9}
-    (the error budget is worked out in docs/multiplication.md and checked in the tests)."""
+    """M = ½·ln(N / LEAK_TARGET): N·e^{−2M}, the leak of a head whose unwanted keys score 2M lower, is
+    10^{−9}. Whether a given length is then exact is proven by ``python -m
+    constructions.multiplication.certify margins`` (docs/multiplication.md, "Certificate")."""
     return 0.5 * math.log(n_tokens / LEAK_TARGET)
 
 
