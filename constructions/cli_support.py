@@ -5,6 +5,7 @@ memory, and the abbreviation of long answers on the screen."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -139,3 +140,35 @@ def abbreviated(text: str, limit: int = SHOWN_DIGITS) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:40]}...{text[-40:]} ({len(text)} digits; --output FILE writes all of them)"
+
+
+UNDECIDED_CHAR = "?"  # an answer position whose top logit does not beat the others by the decision margin
+
+
+def report_result(args: argparse.Namespace, result: dict, *, answer_key: str, summary: str,
+                  positions_hint: str, wrong_detail: str = "") -> int:
+    """Write ``result[answer_key]`` to ``--output``, print ``--json`` or the text report, and return the
+    exit status (0 exact, 1 wrong). The text report is one verdict line (``summary`` followed by the run
+    figures every construction reports), the answer (the per-position predictions when teacher
+    forcing found a wrong one) and, when wrong, how answer positions are counted (``positions_hint``)."""
+    if args.output is not None:
+        try:
+            args.output.write_text(result[answer_key] + "\n")
+        except OSError as exc:
+            raise UsageError(f"cannot write --output {args.output}: {exc.strerror or exc}") from None
+    if args.json:
+        print(json.dumps(result))
+        return 0 if result["correct"] else 1
+    verdict = "EXACT" if result["correct"] else f"WRONG at answer position {result['first_wrong_position']}"
+    threads = f", {result['threads']} thread(s)" if "threads" in result else ""
+    print(
+        f"{verdict}{wrong_detail}: {summary}, {result['device']}/{result['dtype']}{threads}, mode={result['mode']}, "
+        f"{result['seconds']:.2f} s, peak memory {result['peak_memory_bytes'] / 2**20:.0f} MiB, "
+        f"M={result['M']:.3f} (softmax leak <= {result['leak_bound']:.1e})"
+    )
+    label = answer_key if result["correct"] or args.mode == "greedy" else "per-position predictions (true prefix)"
+    print(f"{label}: {abbreviated(result[answer_key])}")
+    if not result["correct"]:
+        print(f"answer positions count from {positions_hint}; the last one is the final '$'; "
+              f"'{UNDECIDED_CHAR}' marks an undecided prediction")
+    return 0 if result["correct"] else 1

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 from typing import Callable
 
+from lengthgen.cli import UsageError
 
-class CapacityError(ValueError):
-    """More digits than a construction (or its position table) can hold."""
+
+class CapacityError(ValueError, UsageError):
+    """More digits than a construction (or its position table) can hold. It is also a
+    :class:`lengthgen.cli.UsageError`, so every command line reports it as bad input: one line, exit 2."""
 
 
 def resolve_width(

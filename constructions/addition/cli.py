@@ -13,7 +13,6 @@ only when its logit beats every other by the margin of :func:`lengthgen.decode.d
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 
@@ -21,8 +20,8 @@ import numpy as np
 
 from lengthgen.cli import ArgumentParser, UsageError, run_cli
 
-from ..cli_support import (abbreviated, add_common_options, attention_progress_bar, operands_from, random_operand,
-                           resolve_device, rss_peak_bytes)
+from ..cli_support import (UNDECIDED_CHAR, add_common_options, attention_progress_bar, operands_from,
+                           random_operand, report_result, resolve_device, rss_peak_bytes)
 
 EPILOG = """examples:
   python -m constructions.addition --digits 100000
@@ -32,7 +31,6 @@ EPILOG = """examples:
 exit status: 0 the model's sum is exactly right, 1 it is wrong, 2 bad input
 a prediction counts only if its logit beats every other logit by a margin (ties are wrong)"""
 DTYPES = ("float32", "float64", "float16", "bfloat16")
-UNDECIDED_CHAR = "?"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,17 +53,14 @@ def run(args: argparse.Namespace) -> dict:
 
     from lengthgen.decode import UNDECIDED
 
-    from .model import CapacityError, answer_predictions, build_model, first_wrong_position
+    from .model import answer_predictions, build_model, first_wrong_position
 
     if args.dtype not in DTYPES:
         raise UsageError(f"unknown --dtype {args.dtype!r}; choose one of {', '.join(DTYPES)}")
     a, b = operands_from(args, random_b=random_operand)
     device = resolve_device(args.device)
     n = max(len(a), len(b))
-    try:
-        model, meta = build_model(n_digits=n, d_model=args.d_model, dtype=args.dtype, device=device)
-    except CapacityError as exc:
-        raise UsageError(str(exc)) from None
+    model, meta = build_model(n_digits=n, d_model=args.d_model, dtype=args.dtype, device=device)
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
@@ -112,26 +107,9 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     result = run(args)
-    if args.output is not None:
-        try:
-            args.output.write_text(result["sum"] + "\n")
-        except OSError as exc:
-            raise UsageError(f"cannot write --output {args.output}: {exc.strerror or exc}") from None
-    if args.json:
-        print(json.dumps(result))
-    else:
-        verdict = "EXACT" if result["correct"] else f"WRONG at answer position {result['first_wrong_position']}"
-        if result["undecided"]:
-            verdict += " (undecided: no logit beats the others by the decision margin)"
-        print(
-            f"{verdict}: {result['digits']}-digit addition, {result['n_tokens']} tokens, d_model={result['d_model']}, "
-            f"{result['heads']} heads, {result['device']}/{result['dtype']}, mode={result['mode']}, "
-            f"{result['seconds']:.2f} s, peak memory {result['peak_memory_bytes'] / 2**20:.0f} MiB, "
-            f"M={result['M']:.3f} (softmax leak <= {result['leak_bound']:.1e})"
-        )
-        label = "sum" if result["correct"] or args.mode == "greedy" else "per-position predictions (true prefix)"
-        print(f"{label}: {abbreviated(result['sum'])}")
-        if not result["correct"]:
-            print("answer positions count from c_0 (the ones digit); the last position is the final '$'; "
-                  f"'{UNDECIDED_CHAR}' marks an undecided prediction")
-    return 0 if result["correct"] else 1
+    undecided = " (undecided: no logit beats the others by the decision margin)" if result["undecided"] else ""
+    return report_result(
+        args, result, answer_key="sum", wrong_detail=undecided, positions_hint="c_0 (the ones digit)",
+        summary=f"{result['digits']}-digit addition, {result['n_tokens']} tokens, d_model={result['d_model']}, "
+        f"{result['heads']} heads",
+    )

@@ -13,7 +13,6 @@ cache.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
@@ -22,12 +21,11 @@ import numpy as np
 
 from lengthgen.cli import ArgumentParser, UsageError, run_cli
 
-from ..cli_support import (abbreviated, add_run_options, add_threads_option, apply_threads, attention_progress_bar,
-                           read_operand, resolve_device, rss_peak_bytes)
+from ..cli_support import (UNDECIDED_CHAR, add_run_options, add_threads_option, apply_threads,
+                           attention_progress_bar, read_operand, report_result, resolve_device, rss_peak_bytes)
 
 PROG = "python -m constructions.copying"
 PATTERNS = ("random", "runs")
-UNDECIDED_CHAR = "?"
 EPILOG = f"""examples:
   {PROG} --task reverse --digits 100000 --pattern runs --threads 1
   {PROG} --task copy --x 31415926 --mode greedy
@@ -102,16 +100,13 @@ def output_text(pred: np.ndarray) -> str:
 def run(args: argparse.Namespace) -> dict:
     import torch
 
-    from .model import CapacityError, answer_predictions, build_model
+    from .model import answer_predictions, build_model
 
     apply_threads(args.threads)
     x = input_digits(args)
     x_text = "".join(map(str, x.tolist()))
     device = resolve_device(args.device)
-    try:
-        model, meta = build_model(args.task, n_digits=len(x), d_model=args.d_model, dtype=args.dtype, device=device)
-    except CapacityError as exc:
-        raise UsageError(str(exc)) from None
+    model, meta = build_model(args.task, n_digits=len(x), d_model=args.d_model, dtype=args.dtype, device=device)
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
@@ -145,29 +140,11 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     result = run(args)
-    if args.output is not None:
-        try:
-            args.output.write_text(result["output"] + "\n")
-        except OSError as exc:
-            raise UsageError(f"cannot write --output {args.output}: {exc.strerror or exc}") from None
-    if args.json:
-        print(json.dumps(result))
-        return 0 if result["correct"] else 1
-    verdict = "EXACT"
-    if not result["correct"]:
-        verdict = (f"WRONG at answer position {result['first_wrong_position']} (expected "
-                   f"{result['expected_token']!r}, predicted {result['predicted_token']!r})")
+    expected = "" if result["correct"] else (
+        f" (expected {result['expected_token']!r}, predicted {result['predicted_token']!r})")
     pattern = f" ({result['pattern']})" if result["pattern"] else ""
-    print(
-        f"{verdict}: {result['task']} of {result['digits']} digits{pattern}, {result['n_tokens']} tokens, "
-        f"d_model={result['d_model']}, {result['layers']} layer, {result['heads']} head, "
-        f"{result['device']}/{result['dtype']}, {result['threads']} thread(s), mode={result['mode']}, "
-        f"{result['seconds']:.2f} s, peak memory {result['peak_memory_bytes'] / 2**20:.0f} MiB, "
-        f"M={result['M']:.3f} (softmax leak <= {result['leak_bound']:.1e})"
+    return report_result(
+        args, result, answer_key="output", wrong_detail=expected, positions_hint="0 (y_1)",
+        summary=f"{result['task']} of {result['digits']} digits{pattern}, {result['n_tokens']} tokens, "
+        f"d_model={result['d_model']}, {result['layers']} layer, {result['heads']} head",
     )
-    label = "output" if result["correct"] or args.mode == "greedy" else "per-position predictions (true prefix)"
-    print(f"{label}: {abbreviated(result['output'])}")
-    if not result["correct"]:
-        print("answer positions count from 0 (y_1); the last one is the final '$'; "
-              f"'{UNDECIDED_CHAR}' marks an undecided prediction")
-    return 0 if result["correct"] else 1

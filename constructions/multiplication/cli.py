@@ -11,14 +11,14 @@ is equivalent to greedy exact match. ``greedy`` decodes token by token with a ke
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 
 import numpy as np
 
-from constructions.cli_support import (abbreviated, add_common_options, attention_progress_bar, operands_from,
-                                       resolve_device, rss_peak_bytes)
+from constructions.cli_support import (UNDECIDED_CHAR, add_common_options, add_threads_option, apply_threads,
+                                       attention_progress_bar, operands_from, report_result, resolve_device,
+                                       rss_peak_bytes)
 from lengthgen.cli import ArgumentParser, UsageError, run_cli
 
 PROG = "python -m constructions.multiplication"
@@ -43,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
         b_help="second operand, 0..99: decimal digits, or @PATH to a file of digits", d_min=33,
         dtype_help="default float32", dtype_choices=["float32", "float64"], answer="product",
     )
-    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    add_threads_option(p)
     return p
 
 
@@ -65,18 +65,12 @@ def run(args: argparse.Namespace) -> dict:
 
     from lengthgen.decode import greedy_generate
 
-    from .model import TASK, CapacityError, build_model, instance, teacher_predictions
+    from .model import TASK, build_model, instance, teacher_predictions
 
-    if args.threads is not None:
-        if args.threads < 1:
-            raise UsageError(f"--threads must be at least 1, got {args.threads}")
-        torch.set_num_threads(args.threads)
+    apply_threads(args.threads)
     a, b = operands(args)
     device = resolve_device(args.device)
-    try:
-        model, meta = build_model(n_digits=len(a), d_model=args.d_model, dtype=args.dtype, device=device)
-    except CapacityError as exc:
-        raise UsageError(str(exc)) from None
+    model, meta = build_model(n_digits=len(a), d_model=args.d_model, dtype=args.dtype, device=device)
     inst = instance(a, b)
     expected = inst.answer_tokens
     if device == "cuda":
@@ -110,7 +104,7 @@ def run(args: argparse.Namespace) -> dict:
 def product_digits(pred: np.ndarray) -> str:
     """The answer tokens c_0..c_{N+1} (reversed product) as a decimal string, most significant first;
     an undecided or non-digit prediction is written as '?'."""
-    text = "".join(str(int(t)) if 0 <= t <= 9 else "?" for t in pred[:-1][::-1]).lstrip("0")
+    text = "".join(str(int(t)) if 0 <= t <= 9 else UNDECIDED_CHAR for t in pred[:-1][::-1]).lstrip("0")
     return text or "0"
 
 
@@ -127,24 +121,8 @@ def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     result = run(args)
     result["product"] = product_digits(result.pop("_pred"))
-    if args.output is not None:
-        try:
-            args.output.write_text(result["product"] + "\n")
-        except OSError as exc:
-            raise UsageError(f"cannot write --output {args.output}: {exc.strerror or exc}") from None
-    if args.json:
-        print(json.dumps(result))
-    else:
-        verdict = "EXACT" if result["correct"] else f"WRONG at answer position {result['first_wrong_position']}"
-        print(
-            f"{verdict}: {result['digits']}-digit × {result['b']}, {result['n_tokens']} tokens, d_model={result['d_model']}, "
-            f"{result['layers']} layers, {result['device']}/{result['dtype']}, {result['threads']} thread(s), mode={result['mode']}, "
-            f"{result['seconds']:.2f} s, peak memory {result['peak_memory_bytes'] / 2**20:.0f} MiB, "
-            f"M={result['M']:.3f} (softmax leak <= {result['leak_bound']:.1e})"
-        )
-        label = "product" if result["correct"] or args.mode == "greedy" else "per-position predictions (true prefix)"
-        print(f"{label}: {abbreviated(result['product'])}")
-        if not result["correct"]:
-            print("answer positions count from c_0 (the ones digit); the last position is the final '$'; "
-                  "'?' marks an undecided prediction")
-    return 0 if result["correct"] else 1
+    return report_result(
+        args, result, answer_key="product", positions_hint="c_0 (the ones digit)",
+        summary=f"{result['digits']}-digit × {result['b']}, {result['n_tokens']} tokens, d_model={result['d_model']}, "
+        f"{result['layers']} layers",
+    )

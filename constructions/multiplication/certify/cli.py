@@ -14,10 +14,9 @@ import argparse
 import sys
 import time
 
-from lengthgen.cli import ArgumentParser, UsageError, fail, run_cli
+from lengthgen.cli import ArgumentParser, fail, run_cli
 
 from ..layout import d_model_for
-from ..model import CapacityError
 from .bound import bound_lines, derive_bound, n_max, table_lines
 
 sys.set_int_max_str_digits(0)
@@ -100,13 +99,7 @@ def _run_margins(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    def body() -> int:
-        try:
-            return _main(argv)
-        except CapacityError as exc:  # validated earlier; a last-resort one-line message
-            raise UsageError(str(exc)) from None
-
-    return run_cli(PROG, body)
+    return run_cli(PROG, lambda: _main(argv))
 
 
 def _main(argv: list[str] | None) -> int:
