@@ -172,3 +172,24 @@ def report_result(args: argparse.Namespace, result: dict, *, answer_key: str, su
         print(f"answer positions count from {positions_hint}; the last one is the final '$'; "
               f"'{UNDECIDED_CHAR}' marks an undecided prediction")
     return 0 if result["correct"] else 1
+
+
+def add_bound_command(sub: argparse._SubParsersAction, *, formula: str, reads: str, d_min: int, d_default: int,
+                      d_default_note: str, max_d: int = 1024) -> None:
+    """The ``bound`` subcommand every construction's ``certify`` has: n_max(d) for one width, or a table."""
+    b = sub.add_parser("bound", help="the length bound n_max(d), derived from the layout",
+                       description=f"Print n_max(d) = {formula} exactly and rounded, derived from the construction's "
+                       f"layout ({reads}).")
+    b.add_argument("--d-model", type=int, default=d_default, help=f"embedding dimension d (default {d_default}{d_default_note})")
+    b.add_argument("--table", action="store_true", help=f"print the bound for every d from {d_min} to --max-d")
+    b.add_argument("--max-d", type=int, default=max_d, help=f"last d of --table (default {max_d})")
+
+
+def run_bound_command(args: argparse.Namespace, *, d_min: int, too_small: str, bound_lines: Callable[[int], list[str]],
+                      table_lines: Callable[[int, int], list[str]]) -> int:
+    """Print what ``bound`` asked for; a width below ``d_min`` is bad input (``too_small`` says why)."""
+    d, flag = (args.max_d, "--max-d") if args.table else (args.d_model, "--d-model")
+    if d < d_min:
+        raise UsageError(f"{flag} must be at least {d_min} ({too_small}), got {d}")
+    print("\n".join(table_lines(d_min, args.max_d) if args.table else bound_lines(args.d_model)))
+    return 0

@@ -5,7 +5,8 @@ n_max(d) on the operand length that P allows, and the smallest d whose bound rea
 argument checks are the same for all of them, so they are written once here."""
 from __future__ import annotations
 
-from typing import Callable
+from decimal import ROUND_HALF_EVEN, Decimal
+from typing import Any, Callable
 
 from lengthgen.cli import UsageError
 
@@ -41,3 +42,27 @@ def resolve_width(
             f"d_model = {d_model_for(n_digits)} fits"
         )
     return d_model, P, bound
+
+
+def scientific(value: int, digits: int = 3) -> str:
+    """``2.26 × 10^74`` (``digits`` significant digits, round half to even)."""
+    text = str(value)
+    if len(text) <= digits:
+        return text
+    exp = len(text) - 1
+    mant = (Decimal(text[: digits + 2]) / Decimal(10) ** (digits + 1)).quantize(
+        Decimal(1).scaleb(-(digits - 1)), rounding=ROUND_HALF_EVEN)
+    if mant >= 10:
+        mant, exp = mant / 10, exp + 1
+    return f"{mant} × 10^{exp}"
+
+
+def bound_table(derive: Callable[[int], Any], d_min: int, d_max: int, formula: str) -> list[str]:
+    """The ``--table`` of a construction's ``certify bound``: one line per width d with P and n_max(d),
+    both read from ``derive(d)`` (the construction's own bound derivation, with ``.P`` and ``.n_max``)."""
+    lines = [f"{'d':>5} {'P':>4}  n_max(d) = {formula}"]
+    for d in range(d_min, d_max + 1):
+        b = derive(d)
+        v = b.n_max
+        lines.append(f"{d:>5} {b.P:>4}  {v if v < 10**15 else '≈ ' + scientific(v)}" + ("  (none fits)" if v < 1 else ""))
+    return lines

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from decimal import ROUND_HALF_EVEN, Decimal
 
+from constructions.sizing import bound_table, scientific
 from lengthgen.positions import coupled_addition_ids
 
 from ..model import START_ID, hypercube_code, residual_basis
@@ -67,19 +67,6 @@ def n_max(d_model: int) -> int:
     return derive_bound(d_model).n_max
 
 
-def scientific(value: int, digits: int = 3) -> str:
-    """``2.26 × 10^74`` (``digits`` significant digits, round half to even)."""
-    text = str(value)
-    if len(text) <= digits:
-        return text
-    exp = len(text) - 1
-    mant = (Decimal(text[: digits + 2]) / Decimal(10) ** (digits + 1)).quantize(
-        Decimal(1).scaleb(-(digits - 1)), rounding=ROUND_HALF_EVEN)
-    if mant >= 10:
-        mant, exp = mant / 10, exp + 1
-    return f"{mant} × 10^{exp}"
-
-
 def bound_lines(d_model: int) -> list[str]:
     b = derive_bound(d_model)
     value = b.n_max
@@ -101,9 +88,4 @@ def bound_lines(d_model: int) -> list[str]:
 
 
 def table_lines(d_min: int = 21, d_max: int = 1024) -> list[str]:
-    lines = [f"{'d':>5} {'P':>4}  n_max(d) = 2^P − 2"]
-    for d in range(d_min, d_max + 1):
-        b = derive_bound(d)
-        v = b.n_max
-        lines.append(f"{d:>5} {b.P:>4}  {v if v < 10**15 else '≈ ' + scientific(v)}")
-    return lines
+    return bound_table(derive_bound, d_min, d_max, "2^P − 2")

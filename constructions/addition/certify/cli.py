@@ -18,6 +18,7 @@ import argparse
 import sys
 import time
 
+from constructions.cli_support import add_bound_command, run_bound_command
 from lengthgen.cli import ArgumentParser, fail, run_cli
 
 from .bound import bound_lines, derive_bound, n_max, table_lines
@@ -33,10 +34,12 @@ def _bad(message: str) -> int:
     return fail(PROG, message)
 
 
+D_MIN = 21
+TOO_SMALL = "17 token dimensions + 2·2 position dimensions"
+
+
 def _check_d(d: int) -> str | None:
-    if d < 21:
-        return f"--d-model must be at least 21 (17 token dimensions + 2·2 position dimensions), got {d}"
-    return None
+    return None if d >= D_MIN else f"--d-model must be at least {D_MIN} ({TOO_SMALL}), got {d}"
 
 
 def _check_digits(n: int, d: int | None, flag: str = "--digits") -> str | None:
@@ -54,12 +57,9 @@ def _check_digits(n: int, d: int | None, flag: str = "--digits") -> str | None:
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0].replace("``", ""))
     sub = p.add_subparsers(dest="command", required=True, parser_class=ArgumentParser, metavar="{bound,margins,exact,precision}")
-    b = sub.add_parser("bound", help="Theorem 5.1's length bound n_max(d), derived from the layout",
-                       description="Print n_max(d) = 2^⌊(d−17)/2⌋ − 2 exactly and rounded, derived from the "
-                       "construction's layout (token dimensions, position blocks, hypercube codes, IDs of the format).")
-    b.add_argument("--d-model", type=int, default=512, help="embedding dimension d (default 512, the paper's example)")
-    b.add_argument("--table", action="store_true", help="print the bound for every d from 21 to --max-d")
-    b.add_argument("--max-d", type=int, default=1024, help="last d of --table (default 1024)")
+    add_bound_command(sub, formula="2^⌊(d−17)/2⌋ − 2 (Theorem 5.1)", reads="token dimensions, position blocks, "
+                      "hypercube codes, IDs of the format", d_min=D_MIN, d_default=512,
+                      d_default_note=", the paper's example")
     m = sub.add_parser("margins", help="all-inputs certificate at operand length N (+ float term, smallest M)",
                        description="Certify, for every input of N digits and every answer position, that the "
                        "softmax leak and the rounding of the chosen dtype stay inside the FFN's decision margins; "
@@ -131,11 +131,8 @@ def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "bound":
-        if err := _check_d(args.d_model) if not args.table else (_check_d(args.max_d) if args.max_d < 21 else None):
-            return _bad(err)
-        lines = table_lines(21, args.max_d) if args.table else bound_lines(args.d_model)
-        print("\n".join(lines))
-        return 0
+        return run_bound_command(args, d_min=D_MIN, too_small=TOO_SMALL, bound_lines=bound_lines,
+                                 table_lines=table_lines)
     if args.command == "margins":
         return _run_margins(args)
     if args.command == "exact":

@@ -21,7 +21,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from constructions.addition.certify.bound import scientific
+from constructions.sizing import bound_table, scientific
 from lengthgen.tasks import COPY, REVERSE
 from lengthgen.tasks.copying import CopyTask
 
@@ -122,9 +122,4 @@ def bound_lines(d_model: int) -> list[str]:
 
 
 def table_lines(d_min: int = 27, d_max: int = 1024) -> list[str]:
-    lines = [f"{'d':>5} {'P':>4}  n_max(d) = 2^P − 2"]
-    for d in range(d_min, d_max + 1):
-        b = derive_bound(d)
-        v = b.n_max
-        lines.append(f"{d:>5} {b.P:>4}  {v if v < 10**15 else '≈ ' + scientific(v)}")
-    return lines
+    return bound_table(derive_bound, d_min, d_max, "2^P − 2")

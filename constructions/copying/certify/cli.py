@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from constructions.cli_support import add_bound_command, run_bound_command
 from lengthgen.cli import ArgumentParser, UsageError, run_cli
 
 from .bound import bound_lines, n_max, table_lines
@@ -34,13 +35,9 @@ exit status: 0 PASS (margins) or printed (bound), 1 FAIL, 2 bad input"""
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0].replace("``", ""), epilog=EPILOG)
     sub = p.add_subparsers(dest="command", required=True, parser_class=ArgumentParser, metavar="{bound,margins}")
-    b = sub.add_parser("bound", help="the length bound n_max(d), derived from the layout",
-                       description="Print n_max(d) = 2^⌊(d−23)/2⌋ − 2 exactly and rounded, derived from the construction's "
-                       "layout (token dimensions, the POS and POS_NEXT blocks, the hypercube code of the position table, "
-                       "and the IDs the tokens hold and the queries target).")
-    b.add_argument("--d-model", type=int, default=512, help="embedding dimension d (default 512)")
-    b.add_argument("--table", action="store_true", help="print the bound for every d from 27 to --max-d")
-    b.add_argument("--max-d", type=int, default=1024, help="last d of --table (default 1024)")
+    add_bound_command(sub, formula="2^⌊(d−23)/2⌋ − 2", reads="token dimensions, the POS and POS_NEXT blocks, the "
+                      "hypercube code of the position table, and the IDs the tokens hold and the queries target",
+                      d_min=D_MIN, d_default=512, d_default_note="")
     m = sub.add_parser("margins", help="all-inputs certificate at input length N (+ float term, smallest M)",
                        description="Certify, for every input of N digits and every answer position, that the softmax "
                        "leak (and the rounding of the chosen dtype) stay inside the readout's decision margins; report each "
@@ -139,10 +136,6 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "bound":
-        d = args.max_d if args.table else args.d_model
-        if d < D_MIN:
-            raise UsageError(f"--{'max-d' if args.table else 'd-model'} must be at least {D_MIN} (23 token dimensions + "
-                             f"2·2 position dimensions), got {d}")
-        print("\n".join(table_lines(D_MIN, args.max_d) if args.table else bound_lines(args.d_model)))
-        return 0
+        return run_bound_command(args, d_min=D_MIN, too_small="23 token dimensions + 2·2 position dimensions",
+                                 bound_lines=bound_lines, table_lines=table_lines)
     return _run_margins(args)

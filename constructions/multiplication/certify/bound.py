@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from constructions.addition.certify.bound import scientific
+from constructions.sizing import bound_table, scientific
 from constructions.addition.layout import hypercube_codes
 
 from ..layout import POSITION_BLOCKS, START_ID, residual_basis
@@ -99,9 +99,4 @@ def bound_lines(d_model: int) -> list[str]:
 
 
 def table_lines(d_min: int = 33, d_max: int = 1024) -> list[str]:
-    lines = [f"{'d':>5} {'P':>4}  n_max(d) = 2^P − 6"]
-    for d in range(d_min, d_max + 1):
-        b = derive_bound(d)
-        v = b.n_max
-        lines.append(f"{d:>5} {b.P:>4}  {v if v < 10**15 else '≈ ' + scientific(v)}" + ("  (none fits)" if v < 1 else ""))
-    return lines
+    return bound_table(derive_bound, d_min, d_max, "2^P − 6")

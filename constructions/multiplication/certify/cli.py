@@ -14,6 +14,7 @@ import argparse
 import sys
 import time
 
+from constructions.cli_support import add_bound_command, run_bound_command
 from lengthgen.cli import ArgumentParser, fail, run_cli
 
 from ..layout import d_model_for
@@ -31,8 +32,11 @@ def _bad(message: str) -> int:
     return fail(PROG, message)
 
 
+TOO_SMALL = "25 token dimensions + 4·2 position dimensions"
+
+
 def _check_d(d: int) -> str | None:
-    return None if d >= D_MIN else f"--d-model must be at least {D_MIN} (25 token dimensions + 4·2 position dimensions), got {d}"
+    return None if d >= D_MIN else f"--d-model must be at least {D_MIN} ({TOO_SMALL}), got {d}"
 
 
 def _check_digits(n: int, d: int) -> str | None:
@@ -49,12 +53,9 @@ def _check_digits(n: int, d: int) -> str | None:
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0].replace("``", ""))
     sub = p.add_subparsers(dest="command", required=True, parser_class=ArgumentParser, metavar="{bound,margins}")
-    b = sub.add_parser("bound", help="the length bound n_max(d), derived from the layout",
-                       description="Print n_max(d) = 2^⌊(d−25)/4⌋ − 6, derived from the construction's layout (token "
-                       "dimensions, the four position blocks, hypercube codes, the IDs the heads query).")
-    b.add_argument("--d-model", type=int, default=93, help="embedding dimension d (default 93, which holds 10^5 digits)")
-    b.add_argument("--table", action="store_true", help=f"print the bound for every d from {D_MIN} to --max-d")
-    b.add_argument("--max-d", type=int, default=256, help="last d of --table (default 256)")
+    add_bound_command(sub, formula="2^⌊(d−25)/4⌋ − 6", reads="token dimensions, the four position blocks, hypercube "
+                      "codes, the IDs the heads query", d_min=D_MIN, d_default=93,
+                      d_default_note=", which holds 10^5 digits", max_d=256)
     m = sub.add_parser("margins", help="all-inputs certificate at operand length N, exact real arithmetic",
                        description="Certify, for every N-digit a, every b ≤ 99 and every answer position, that the "
                        "softmax leaks of both attention layers stay inside the decision margins of the MLPs and the "
@@ -105,8 +106,6 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "bound":
-        if err := _check_d(args.max_d if args.table else args.d_model):
-            return _bad(err.replace("--d-model", "--max-d") if args.table else err)
-        print("\n".join(table_lines(D_MIN, args.max_d) if args.table else bound_lines(args.d_model)))
-        return 0
+        return run_bound_command(args, d_min=D_MIN, too_small=TOO_SMALL, bound_lines=bound_lines,
+                                 table_lines=table_lines)
     return _run_margins(args)
