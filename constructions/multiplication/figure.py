@@ -33,7 +33,7 @@ def attention_maps(a: str, b: int) -> tuple[list[tuple[str, np.ndarray]], list[s
     maps = []
     for (layer, head), (reads, _) in sorted(HEADS.items()):
         pattern = acts[f"blocks.{layer}.attn.hook_pattern"][0, head].numpy()
-        maps.append((f"layer {layer + 1}, head {head}: reads {reads}", pattern))
+        maps.append((f"layer {layer + 1}, head {head}\nreads {reads}", pattern))
     return maps, role_labels(inst.n)
 
 
@@ -44,25 +44,24 @@ def draw(a: str, b: int, paths: list[Path]) -> None:
     import matplotlib.pyplot as plt
 
     from lengthgen.plot import save_figure
+    from lengthgen.plot_attention import heatmap
 
     maps, labels = attention_maps(a, b)
     cols = 4
     rows = -(-len(maps) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 4.4 * rows))
+    fig, axes = plt.subplots(rows, cols, figsize=(3.7 * cols, 4.1 * rows), layout="constrained")
     for ax, (title, pattern) in zip(axes.flat, maps):
-        ax.imshow(pattern, cmap="Blues", vmin=0, vmax=1)
-        ax.set_xticks(range(len(labels)), labels, rotation=90, fontsize=7)
-        ax.set_yticks(range(len(labels)), labels, fontsize=7)
+        im = heatmap(ax, pattern, labels, labels, title, True, 7)
+        ax.tick_params(axis="x", labelrotation=90)
         ax.set_xlabel("key", fontsize=8)
         ax.set_ylabel("query", fontsize=8)
-        ax.axhline(labels.index("=") - 0.5, color="tab:red", lw=0.8)  # rows below predict the answer
-        ax.set_title(title, fontsize=9)
+        ax.axhline(labels.index("=") - 0.5, color="tab:blue", lw=0.8)  # rows below predict the answer
     for ax in list(axes.flat)[len(maps):]:
         ax.axis("off")
+    fig.colorbar(im, ax=axes, shrink=0.6, pad=0.01, label="attention weight (black: < 0.01)")
     fig.suptitle(f"N×2 multiplication with coupled positions: attention on ${a}*{b:02d}= (layer 3 has no attention)\n"
-                 "rows below the red line predict the answer ('=' predicts c0, c_i predicts c_{i+1}); each row sums to 1",
+                 "rows below the blue line predict the answer ('=' predicts c0, c_i predicts c_{i+1}); each row sums to 1",
                  fontsize=11)
-    fig.tight_layout(rect=(0, 0, 1, 0.95), h_pad=2.5)
     save_figure(fig, paths)
 
 

@@ -66,7 +66,10 @@ def role_labels(n: int) -> list[str]:
     return ["BOS", *a, "+", *b, "=", *c]
 
 
-def _heatmap(ax, att: np.ndarray, xlabels: list[str], ylabels: list[str], title: str, annotate: bool, fontsize: float):
+def heatmap(ax, att: np.ndarray, xlabels: list[str], ylabels: list[str], title: str, annotate: bool, fontsize: float):
+    """One attention map in the style of every attention figure here: rows are queries, columns keys,
+    one 0–1 colour scale, weights below ``MASK_BELOW`` in black, the weights ≥ 0.1 written in the cells
+    when ``annotate``. Returns the image (for a colour bar)."""
     import matplotlib.pyplot as plt
 
     cmap = plt.get_cmap(CMAP).with_extremes(bad="black")
@@ -118,11 +121,11 @@ def attention_figure(construction: np.ndarray, trained: np.ndarray, n: int, matc
             att = att[:T, :T]
             x = left + col * (P + gap_x)
             ax = axes(x, y0, P, P)
-            im = _heatmap(ax, att, labels, labels, f"{head_names[m.head]} — {who}", False, fs)
+            im = heatmap(ax, att, labels, labels, f"{head_names[m.head]} — {who}", False, fs)
             ax.set_xlabel("key", fontsize=fs + 1, labelpad=1)
             ax.set_ylabel("query", fontsize=fs + 1, labelpad=4)
             zx = axes(x, y0 + P + gap_mid, P, Z)
-            _heatmap(zx, att[rows], labels, labels[rows], f"zoom on the answer rows ({short})", True, fs)
+            heatmap(zx, att[rows], labels, labels[rows], f"zoom on the answer rows ({short})", True, fs)
             zx.set_xlabel("key", fontsize=fs + 1, labelpad=1)
             zx.set_ylabel("query", fontsize=fs + 1, labelpad=4)
     cax = axes(left + 2 * P + gap_x + 0.35, top + head_title, cbar_w, P)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .plot_attention import MASK_BELOW, _heatmap, cosine
+from .plot_attention import MASK_BELOW, heatmap, cosine
 
 _DIGIT = re.compile(r"^([a-z])(\d+)$")
 
@@ -151,7 +151,7 @@ def layers_figure(ref: list[HeadMap], trained: list[HeadMap], roles: list[str], 
         for c, m in enumerate(maps):
             ax = axes(left + c * (P + gap_x), y + label_h + title_h, P, P)
             head_title = f"L{m.layer + 1} H{m.head + 1}: {m.reads}" + (f"\n{m.closest}" if m.closest else "")
-            im = _heatmap(ax, m.pattern, labels, labels, head_title, True, fs)
+            im = heatmap(ax, m.pattern, labels, labels, head_title, True, fs)
             ax.tick_params(axis="x", labelrotation=90)
             ax.axhline(roles.index("=") - 0.5, color="#0072B2", lw=0.9)  # rows below predict the answer
     cax = axes(W - cbar - 0.75, top + label_h + title_h, cbar, P)
