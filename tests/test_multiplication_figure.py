@@ -11,7 +11,7 @@ from constructions.multiplication.figure import attention_maps, main, role_label
 def test_maps_are_titled_by_what_each_head_reads_and_rows_sum_to_one() -> None:
     maps, labels = attention_maps("653", 49)
     assert labels == role_labels(3) and len(labels) == 13 and labels[7] == "="
-    assert [t.split(": reads ")[1] for t, _ in maps][2:] == ["b_0", "b_1", "a_{i+1}", "a_i", "a_{i-1}", "a_{i-2}"]
+    assert [t.split("\nreads ")[1] for t, _ in maps][2:] == ["b_0", "b_1", "a_{i+1}", "a_i", "a_{i-1}", "a_{i-2}"]
     for _, pattern in maps:
         assert pattern.shape == (13, 13) and np.allclose(pattern.sum(axis=1), 1)
 
