@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from constructions.addition.certify.cli import main
+from cli_checks import assert_one_line_error
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,13 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
     (["precision", "--json", "/nonexistent/MISSING.json"], "no such cache file; add --recompute"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, needle, capsys) -> None:
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = exc.code
-    err = capsys.readouterr().err
-    assert code == 2
-    assert err.count("\n") == 1 and err.startswith("python -m constructions.addition.certify: error:") and needle in err, err
+    assert_one_line_error(main, argv, "python -m constructions.addition.certify", needle, capsys)
 
 
 @pytest.mark.parametrize("sub, needle", [("bound", "--table"), ("margins", "--digits"), ("exact", "--exhaustive"),

@@ -18,6 +18,7 @@ from constructions.copying.certify.margins import certify
 from constructions.copying.certify.search import smallest_sharpness, with_sharpness
 from lengthgen.decode import decided_argmax
 from lengthgen.tasks import COPY, REVERSE
+from cli_checks import assert_one_line_error
 
 TASKS = {"copy": COPY, "reverse": REVERSE}
 
@@ -187,8 +188,4 @@ def test_margins_cli_exit_codes(capsys: pytest.CaptureFixture) -> None:
     (["precision"], "invalid choice: 'precision'"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str, capsys: pytest.CaptureFixture) -> None:
-    assert main(args) == 2
-    out, err = capsys.readouterr()
-    lines = err.strip().splitlines()
-    assert out == "" and len(lines) == 1 and message in lines[0], err
-    assert lines[0].startswith("python -m constructions.copying.certify: error:")
+    assert_one_line_error(main, args, "python -m constructions.copying.certify", message, capsys)

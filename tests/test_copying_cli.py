@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from constructions.copying.cli import main, random_input
+from cli_checks import assert_one_line_error
 
 REPO = Path(__file__).resolve().parents[1]
 PROG = "python -m constructions.copying"
@@ -91,11 +92,7 @@ def test_a_wrong_answer_exits_1(monkeypatch: pytest.MonkeyPatch, capsys: pytest.
     (["--task", "copy", "--x", "1", "--threads", "0"], "--threads must be at least 1"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str, capsys: pytest.CaptureFixture) -> None:
-    assert main(args) == 2
-    out, err = capsys.readouterr()
-    lines = err.strip().splitlines()
-    assert out == "" and len(lines) == 1, err
-    assert lines[0].startswith(f"{PROG}: error:") and message in lines[0], err
+    assert_one_line_error(main, args, PROG, message, capsys)
 
 
 def test_help_has_examples(capsys: pytest.CaptureFixture) -> None:

@@ -16,6 +16,7 @@ from constructions.multiplication.certify.mlp import configurations, reachable_c
 from lengthgen.tasks import MULTIPLICATION_NX2
 from constructions.multiplication.certify.search import smallest_sharpness, with_sharpness
 from constructions.multiplication.layout import position_dims
+from cli_checks import assert_one_line_error
 
 CACHE: dict = {}  # the MLP tables do not depend on W_Q, W_K or N: one width shares them between the tests below
 WIDTH = 69  # n_max(69) = 2042
@@ -165,13 +166,7 @@ def test_deviation_bounds_contain_those_of_a_float64_forward_pass() -> None:
     (["margins"], "required"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, needle, capsys) -> None:
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = exc.code
-    err = capsys.readouterr().err
-    assert code == 2
-    assert err.count("\n") == 1 and err.startswith("python -m constructions.multiplication.certify: error:") and needle in err, err
+    assert_one_line_error(main, argv, "python -m constructions.multiplication.certify", needle, capsys)
 
 
 def test_margins_cli_pass_and_fail(capsys) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from constructions.multiplication.cli import main
+from cli_checks import assert_one_line_error
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -86,11 +87,7 @@ def test_a_wrong_answer_exits_1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     (["--a", "1", "--b", "7", "--threads", "0"], "--threads must be at least 1"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str, capsys: pytest.CaptureFixture) -> None:
-    assert main(args) == 2
-    out, err = capsys.readouterr()
-    lines = err.strip().splitlines()
-    assert out == "" and len(lines) == 1, err
-    assert lines[0].startswith("python -m constructions.multiplication: error:") and message in lines[0], err
+    assert_one_line_error(main, args, "python -m constructions.multiplication", message, capsys)
 
 
 def test_bad_input_from_a_subprocess(tmp_path: Path) -> None:
