@@ -56,7 +56,7 @@ def margins_lines(cert: Certificate, meta: dict, search: SharpnessSearch | None,
         if search.M is None:
             out.append(f"smallest M: none certified up to M = {search.M_fail:.4g}")
         else:
-            fail = (f"M = {search.M_fail:.5g} fails ({search.fail_reason})" if search.M_fail is not None
+            fail = (f"M = {search.M_fail:.5g} fails ({search.fail_reason})" if search.fail_reason
                     else "no failing M found")
             out.append(f"smallest M certified at N = {n}: M* = {search.M:.5g} ({fail}; {search.steps} certificates, "
                        f"bracket {100 * search.rel_tol:.2g}%)")

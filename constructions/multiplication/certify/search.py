@@ -3,22 +3,22 @@
 
 Only W_Q and W_K depend on M (docs/multiplication.md, "Heads"), so the model for another M is the
 given one with those rebuilt by :func:`constructions.multiplication.heads.weight_entries` — the numbers
-``build_model(..., M=M')`` would hold. The search halves a bracket [fails, passes]; monotonicity in M
-only steers it: the returned M is one whose certificate *passed*, the failing M one whose certificate
+``build_model(..., M=M')`` would hold. The search is the addition certificate's; monotonicity in M only
+steers it: the returned M is one whose certificate *passed*, the failing M one whose certificate
 failed.
 """
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 
 import torch
 
+from constructions.addition.certify.search import SharpnessSearch, bracket_smallest
 from lengthgen.model import Transformer
 
 from ..heads import weight_entries
 from ..model import TASK
-from .margins import Certificate, certify
+from .margins import certify
 
 
 def with_sharpness(model: Transformer, M: float) -> Transformer:
@@ -34,48 +34,11 @@ def with_sharpness(model: Transformer, M: float) -> Transformer:
     return new
 
 
-@dataclass
-class SharpnessSearch:
-    """The certificate passes at ``M`` and fails at ``M_fail`` (``M − M_fail ≤ rel_tol·M``), or ``M`` is
-    None when none of the probes passed."""
-
-    M: float | None
-    M_fail: float | None
-    fail_reason: str
-    steps: int
-    rel_tol: float
-
-
 def smallest_sharpness(model: Transformer, n: int, M_start: float, rel_tol: float = 5e-3, cache: dict | None = None,
                        max_steps: int = 30) -> SharpnessSearch:
-    """Bisection on M between a failing and a passing certificate, starting from the model's M."""
+    """The smallest certified M for ``n``-digit inputs, bracketed as [M_fail, M] with M certified: the
+    addition certificate's search (:func:`constructions.addition.certify.search.bracket_smallest`)
+    over this module's certificate. ``M_start`` is the model's M."""
     cache = {} if cache is None else cache
-    steps = 0
-
-    def run(M: float) -> Certificate:
-        nonlocal steps
-        steps += 1
-        return certify(with_sharpness(model, M), n, cache=cache)
-
-    hi, c = float(M_start), run(float(M_start))
-    while not c.passed:
-        if steps >= 4:
-            return SharpnessSearch(None, hi, c.reason, steps, rel_tol)
-        hi *= 2
-        c = run(hi)
-    lo, reason = None, ""
-    probe = hi / 2
-    while lo is None and steps < max_steps:
-        c = run(probe)
-        if c.passed:
-            hi, probe = probe, probe / 2
-        else:
-            lo, reason = probe, c.reason
-    while lo is not None and hi - lo > rel_tol * hi and steps < max_steps:
-        mid = 0.5 * (lo + hi)
-        c = run(mid)
-        if c.passed:
-            hi = mid
-        else:
-            lo, reason = mid, c.reason
-    return SharpnessSearch(hi, lo, reason, steps, rel_tol)
+    return bracket_smallest(lambda M: certify(with_sharpness(model, M), n, cache=cache), M_start,
+                            rel_tol=rel_tol, max_steps=max_steps)
