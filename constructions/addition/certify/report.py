@@ -48,13 +48,7 @@ def margins_lines(cert: Certificate, meta: dict, search: SharpnessSearch | None,
         out.append(f"  class of {desc}  [{count} positions, {n_cfg} configurations]")
         out.append(f"      binding: {check.where}; needs {_fmt(sum(check.parts.values()))} -> slack ×{check.slack:.3g}")
     if search is not None:
-        if search.M is None:
-            out.append(f"smallest M: none found up to M = {search.M_fail:.4g}")
-        else:
-            why = f" ({search.fail_reason})" if search.fail_reason else ""
-            out.append(f"smallest M certified at N = {n} ({'real' if dt == 'real' else dt}): M* = {search.M:.5g} "
-                       f"(M = {search.M_fail:.5g} fails{why}; {search.steps} certificates, "
-                       f"bracket {100 * search.rel_tol:.2g}%)")
+        out.append(search.summary(n, dt))
     verdict = "PASS" if cert.passed else f"FAIL ({cert.reason})"
     out.append(f"{verdict} ({'real arithmetic' if dt == 'real' else dt}): "
                + ("every " + f"{n}-digit addition is predicted correctly at every answer position" if cert.passed

@@ -47,6 +47,14 @@ class SharpnessSearch:
     steps: int
     rel_tol: float
 
+    def summary(self, n: int, arithmetic: str) -> str:
+        """The report line of every construction's ``certify margins``: M*, the failing M and the cost."""
+        if self.M is None:
+            return f"smallest M: none found up to M = {self.M_fail:.4g}"
+        fail = f"M = {self.M_fail:.5g} fails ({self.fail_reason})" if self.fail_reason else "no failing M found"
+        return (f"smallest M certified at N = {n} ({arithmetic}): M* = {self.M:.5g} ({fail}; {self.steps} certificates, "
+                f"bracket {100 * self.rel_tol:.2g}%)")
+
 
 def smallest_sharpness(model: Transformer, n: int, M_start: float, dtype: str | None = None,
                        rel_tol: float = 5e-3, cache: dict | None = None, max_steps: int = 24) -> SharpnessSearch:

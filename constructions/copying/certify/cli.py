@@ -88,12 +88,7 @@ def margins_lines(cert: Certificate, meta: dict, search, elapsed: float) -> list
         out.append(f"  class of {c.description}  [{c.positions} positions, {c.configs} assignments]")
         out.append(f"      binding: {c.where}; needs {_fmt(sum(c.parts.values()))} -> slack ×{c.slack:.3g}")
     if search is not None:
-        if search.M is None:
-            out.append(f"smallest M: none found up to M = {search.M_fail:.4g}")
-        else:
-            why = f" ({search.fail_reason})" if search.fail_reason else ""
-            out.append(f"smallest M certified at N = {n} ({dt}): M* = {search.M:.5g} (M = {search.M_fail:.5g} fails{why}; "
-                       f"{search.steps} certificates, bracket {100 * search.rel_tol:.2g}%)")
+        out.append(search.summary(n, dt))
     verdict = "PASS" if cert.passed else f"FAIL ({cert.reason})"
     claim = f"the {cert.task} of every {n}-digit input is predicted correctly at every answer position"
     out.append(f"{verdict} ({'real arithmetic' if dt == 'real' else dt}): {claim if cert.passed else cert.message}"

@@ -53,13 +53,7 @@ def margins_lines(cert: Certificate, meta: dict, search: SharpnessSearch | None,
                    f"≥ {_fmt(res.reserve)} from 0 vs ≤ {_fmt(res.deviation)} moved -> slack ×{res.slack:.3g}")
     out.append("  every bound is the upper end of an interval enclosure (outward-rounded float64, mpmath for exp/log)")
     if search is not None:
-        if search.M is None:
-            out.append(f"smallest M: none certified up to M = {search.M_fail:.4g}")
-        else:
-            fail = (f"M = {search.M_fail:.5g} fails ({search.fail_reason})" if search.fail_reason
-                    else "no failing M found")
-            out.append(f"smallest M certified at N = {n}: M* = {search.M:.5g} ({fail}; {search.steps} certificates, "
-                       f"bracket {100 * search.rel_tol:.2g}%)")
+        out.append(search.summary(n, "real"))
     verdict = "PASS" if cert.passed else f"FAIL ({cert.reason})"
     out.append(f"{verdict} (real arithmetic): " + (f"every product of a {n}-digit a with b ≤ 99 is predicted correctly at "
                                                    "every answer position" if cert.passed else cert.message)
