@@ -1,4 +1,4 @@
-"""The certificate's number type (constructions/addition/certify/interval.py) encloses exact values:
+"""The certificate's number type (src/lengthgen/proof/interval.py) encloses exact values:
 checked against Python's exact rationals and 300-bit mpmath, on random data of mixed sign and
 magnitude, so a missing outward rounding or a missing error term shows up."""
 from __future__ import annotations
@@ -9,8 +9,8 @@ import mpmath
 import numpy as np
 import pytest
 
-from constructions.addition.certify import interval as I
-from constructions.addition.certify.interval import Iv
+from lengthgen.proof import interval as I
+from lengthgen.proof.interval import Iv
 
 
 def _data(seed: int, shape: tuple) -> np.ndarray:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from constructions.addition.layout import hypercube_codes
+from lengthgen.positions import hypercube_codes
 from constructions.multiplication import CapacityError, build_model, instance
 from constructions.multiplication.certify.bound import bound_lines, n_max, queried_ids
 from constructions.multiplication.certify.cli import main

@@ -22,6 +22,8 @@ import torch
 
 from lengthgen.basis import NamedBasis
 
+from lengthgen.positions import hypercube_code, hypercube_codes
+
 from ..sizing import CapacityError
 
 #: the 17 token dimensions, in the paper's order (``SUM`` is a block of 10)
@@ -65,19 +67,6 @@ def required_sharpness(n_tokens: int) -> float:
     """M = ½·ln(1000·N): keeps the softmax leak δ ≤ N·e^{−2M} at most 1/1000
     (docs/theorem-5-1.md, "The error bound")."""
     return 0.5 * math.log(1000 * n_tokens)
-
-
-def hypercube_codes(ids: np.ndarray, P: int) -> np.ndarray:
-    """Rows v_p = ((−1)^{bit_i(p−1)})_{i<P} for p ≥ 1 and v_p = 0 for p ≤ 0.
-    ⟨v_p, v_q⟩ = P − 2·Hamming(p−1, q−1) for p, q ≥ 1."""
-    ids = np.asarray(ids, dtype=np.int64).reshape(-1, 1)
-    bits = ((ids - 1) >> np.arange(P, dtype=np.int64)) & 1
-    return np.where(ids >= 1, 1 - 2 * bits, 0).astype(np.int8)
-
-
-def hypercube_code(p: int, P: int) -> list[int]:
-    """v_p for one ID (see :func:`hypercube_codes`)."""
-    return hypercube_codes(np.array([p]), P)[0].tolist()
 
 
 def residual_basis(d_model: int) -> NamedBasis:

@@ -21,10 +21,9 @@ import math
 import numpy as np
 import torch
 
-from lengthgen.decode import UNDECIDED, greedy_generate, greedy_generate_batch, teacher_forced_argmax
+from lengthgen.decode import UndecidedPrediction, answer_to_int, greedy_generate, greedy_generate_batch, teacher_forced_argmax
 from lengthgen.model import Annotations, Transformer, TransformerConfig
 from lengthgen.tasks import ADDITION
-from lengthgen.tasks.addition import digits_to_str
 
 from .layout import (
     EOS_RAMP, N_TOKEN_DIMS, START_ID, TOKEN_BLOCKS, TRAP_OFFSETS, TRAP_WIDTH, CapacityError, d_model_for,
@@ -127,10 +126,6 @@ def check_operands(model: Transformer, n: int) -> None:
         )
 
 
-class UndecidedPrediction(ArithmeticError):
-    """The model gave no answer token a margin over the others (see :func:`lengthgen.decode.decided_argmax`)."""
-
-
 Operand = int | str | np.ndarray
 
 
@@ -179,7 +174,7 @@ def add(model: Transformer, a: int | str, b: int | str, progress: bool = False) 
         model, inst.tokens[: inst.prompt_len], inst.pos_ids[: inst.prompt_len],
         new_pos_ids=inst.pos_ids[inst.prompt_len :], stop_token=ADDITION.EOS, progress=progress,
     )
-    return _answer_to_int(out, (a, b))
+    return _answer(out, (a, b))
 
 
 def add_many(model: Transformer, pairs: list[tuple[int, int]]) -> list[int]:
@@ -197,23 +192,13 @@ def add_many(model: Transformer, pairs: list[tuple[int, int]]) -> list[int]:
             [g.tokens[:p] for g in group], [g.pos_ids[:p] for g in group], [g.pos_ids[p:] for g in group]))
         rows = greedy_generate_batch(model, prompts, prompt_ids, answer_ids, stop_token=ADDITION.EOS)
         for i, row in zip(idxs, rows):
-            results[i] = _answer_to_int(row, pairs[i])
+            results[i] = _answer(row, pairs[i])
     return results
 
 
-def _answer_to_int(tokens: list[int], pair: tuple) -> int:
-    """Reversed answer digits (c_0 first, optional final '$') -> int; refuses undecided steps and
-    non-digits."""
-    if UNDECIDED in tokens:
-        raise UndecidedPrediction(
-            f"{pair[0]} + {pair[1]}: the model's answer token {tokens.index(UNDECIDED)} (counting from the ones "
-            "digit) is undecided: its two largest logits are within the decision margin of lengthgen.decode"
-        )
-    if tokens and tokens[-1] == ADDITION.EOS:
-        tokens = tokens[:-1]
-    if not tokens or any(t > 9 for t in tokens):
-        raise ArithmeticError(f"the model produced a non-digit answer: {ADDITION.decode(tokens)!r}")
-    return int(digits_to_str(np.array(tokens[::-1], dtype=np.uint8)))
+
+def _answer(tokens: list[int], pair: tuple) -> int:
+    return answer_to_int(tokens, ADDITION.EOS, ADDITION.decode, f"{pair[0]} + {pair[1]}")
 
 
 __all__ = [

@@ -34,7 +34,8 @@ import math
 import numpy as np
 import torch
 
-from constructions.addition.model import CapacityError, hypercube_codes
+from constructions.sizing import CapacityError
+from lengthgen.positions import hypercube_codes
 from constructions.sizing import resolve_width
 from lengthgen.basis import MatrixBuilder, NamedBasis
 from lengthgen.decode import greedy_generate, teacher_forced_argmax

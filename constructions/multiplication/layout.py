@@ -23,7 +23,8 @@ import math
 import numpy as np
 import torch
 
-from constructions.addition.model import CapacityError, hypercube_codes
+from constructions.sizing import CapacityError
+from lengthgen.positions import hypercube_codes
 from lengthgen.basis import NamedBasis
 
 TOKEN_BLOCKS: list[tuple[str, int | None]] = [

@@ -24,12 +24,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from constructions.addition.model import CapacityError
-from constructions.sizing import resolve_width
-from lengthgen.decode import decided_argmax, greedy_generate, greedy_generate_batch
+from constructions.sizing import CapacityError, resolve_width
+from lengthgen.decode import answer_to_int, decided_argmax, greedy_generate, greedy_generate_batch
 from lengthgen.model import Annotations, Transformer, TransformerConfig
 from lengthgen.tasks import MULTIPLICATION_NX2
-from lengthgen.tasks.base import TaskInstance, digits_to_str
+from lengthgen.tasks.base import TaskInstance
 
 from .heads import HEADS, N_HEADS, digit_mlp_basis, head_basis, product_mlp_basis, weight_entries
 from .layout import (
@@ -138,7 +137,7 @@ def multiply(model: Transformer, a: int | str, b: int | str, progress: bool = Fa
         model, inst.tokens[: inst.prompt_len], inst.pos_ids[: inst.prompt_len],
         new_pos_ids=inst.pos_ids[inst.prompt_len:], stop_token=TASK.EOS, progress=progress,
     )
-    return answer_to_int(out)
+    return product_to_int(out, (a, b))
 
 
 def multiply_many(model: Transformer, pairs: list[tuple[int, int]]) -> list[int]:
@@ -154,7 +153,7 @@ def multiply_many(model: Transformer, pairs: list[tuple[int, int]]) -> list[int]
             torch.tensor(np.stack([g.pos_ids[p:] for g in group])), stop_token=TASK.EOS,
         )
         for i, row in zip(idxs, rows):
-            results[i] = answer_to_int(row)
+            results[i] = product_to_int(row, pairs[i])
     return results
 
 
@@ -186,16 +185,12 @@ def _by_length(instances: list[TaskInstance]) -> dict[int, list[int]]:
     return groups
 
 
-def answer_to_int(tokens: list[int]) -> int:
-    """Reversed answer digits (c_0 first, optional final '$') -> int; refuses non-digits."""
-    if tokens and tokens[-1] == TASK.EOS:
-        tokens = tokens[:-1]
-    if not tokens or any(t > 9 for t in tokens):
-        raise ArithmeticError(f"the model produced a non-digit answer: {TASK.decode(tokens)!r}")
-    return int(digits_to_str(np.array(tokens[::-1], dtype=np.uint8)))
+def product_to_int(tokens: list[int], pair: tuple) -> int:
+    """The product's digits (c_0 first) as an int: :func:`lengthgen.decode.answer_to_int`."""
+    return answer_to_int(tokens, TASK.EOS, TASK.decode, f"{pair[0]} * {pair[1]}")
 
 
 __all__ = [
-    "CapacityError", "START_ID", "TASK", "answer_to_int", "build_model", "check_operands", "d_model_for", "instance",
+    "CapacityError", "START_ID", "TASK", "product_to_int", "build_model", "check_operands", "d_model_for", "instance",
     "max_digits_for", "multiply", "multiply_many", "position_dims", "table_digits", "teacher_predictions",
 ]

@@ -16,9 +16,11 @@ from __future__ import annotations
 import sys
 from typing import Sequence
 
+import numpy as np
 import torch
 
 from .model import KVCache, Transformer
+from .tasks.base import digits_to_str
 
 DECISION_MARGIN = 1e-3
 """Default margin of the one rule for "exact" used everywhere in the project: a prediction counts
@@ -150,3 +152,27 @@ def teacher_forced_argmax(
     pos = _as_tensor(pos_ids, device)
     logits = model(toks[:, :-1], None if pos is None else pos[:, :-1], logits_from=first)
     return decided_argmax(logits[0], margin)
+
+
+class UndecidedPrediction(ArithmeticError):
+    """The model gave no answer token a margin over the others (see :func:`decided_argmax`)."""
+
+
+def answer_to_int(tokens: Sequence[int], eos_token: int, decode, problem: str) -> int:
+    """The integer whose digits a model wrote least significant first (``c_0`` first, an optional
+    final ``eos_token``). Digit tokens are the digits' own values 0–9 (every arithmetic task here).
+
+    Raises :class:`UndecidedPrediction` at an :data:`UNDECIDED` step (naming ``problem``, e.g.
+    ``"653 + 49"``) and ``ArithmeticError`` on a non-digit; ``decode`` turns tokens into text for
+    that message. It never guesses a digit."""
+    tokens = list(tokens)
+    if UNDECIDED in tokens:
+        raise UndecidedPrediction(
+            f"{problem}: the model's answer token {tokens.index(UNDECIDED)} (counting from the ones digit) is "
+            "undecided: its two largest logits are within the decision margin of lengthgen.decode"
+        )
+    if tokens and tokens[-1] == eos_token:
+        tokens = tokens[:-1]
+    if not tokens or any(not 0 <= t <= 9 for t in tokens):
+        raise ArithmeticError(f"the model produced a non-digit answer: {decode(tokens)!r}")
+    return int(digits_to_str(np.array(tokens[::-1], dtype=np.uint8)))

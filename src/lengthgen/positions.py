@@ -46,3 +46,17 @@ def random_start(rng: np.random.Generator, n: int | np.ndarray, max_id: int, siz
     if np.any(max_id - np.asarray(n) < 2):
         raise ValueError(f"a position table with largest ID {max_id} cannot hold {n}-digit operands (needs {n + 2})")
     return rng.integers(2, max_id - n + 1, size=size)
+
+
+def hypercube_codes(ids: np.ndarray, P: int) -> np.ndarray:
+    """The hypercube position code of Theorem 5.1 (docs/theorem-5-1.md): rows
+    v_p = ((−1)^{bit_i(p−1)})_{i<P} for p ≥ 1 and v_p = 0 for p ≤ 0.
+    ⟨v_p, v_q⟩ = P − 2·Hamming(p−1, q−1) for p, q ≥ 1."""
+    ids = np.asarray(ids, dtype=np.int64).reshape(-1, 1)
+    bits = ((ids - 1) >> np.arange(P, dtype=np.int64)) & 1
+    return np.where(ids >= 1, 1 - 2 * bits, 0).astype(np.int8)
+
+
+def hypercube_code(p: int, P: int) -> list[int]:
+    """v_p for one ID (see :func:`hypercube_codes`)."""
+    return hypercube_codes(np.array([p]), P)[0].tolist()

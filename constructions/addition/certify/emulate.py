@@ -1,6 +1,6 @@
 """A software emulation of the certificate's rounding model, independent of torch's kernels.
 
-The float term of the certificate (:mod:`constructions.addition.certify.rounding`, (F1)–(F3))
+The float term of the certificate (:mod:`lengthgen.proof.rounding`, (F1)–(F3))
 allows any kernel whose every operation is an IEEE rounding of its exact result. This module runs
 *one* such evaluation deterministically, in numpy float64 with an explicit rounding to the format
 at each point the model names (docs/certificate.md, "Soundness check"):

@@ -24,8 +24,8 @@ import numpy as np
 
 from lengthgen.tasks import ADDITION
 
-from . import interval as I
-from .interval import Iv
+from lengthgen.proof import interval as I
+from lengthgen.proof.interval import Iv
 
 ROLE_NONE, ROLE_A, ROLE_B, ROLE_C, ROLE_PLUS, ROLE_EQ, ROLE_BOS = range(7)
 ROLE_NAMES = {ROLE_A: "a", ROLE_B: "b", ROLE_C: "c", ROLE_PLUS: "+", ROLE_EQ: "=", ROLE_BOS: "$"}

@@ -5,14 +5,14 @@ fixed decision margins (docs/theorem-5-1.md, "Error bound"). This module turns t
 that covers *every* input of length N and every answer position (``=``, c_0 … c_N), reading
 everything from the weights the model holds (``W_E, W_pos, W_Q, W_K, W_V, W_O, W_in, W_out, W_U``
 and biases). Every number it compares with a margin is an interval enclosure
-(:mod:`constructions.addition.certify.interval`):
+(:mod:`lengthgen.proof.interval`):
 
-1. **Attention** (:mod:`constructions.addition.certify.attention`): per answer position and head,
+1. **Attention** (:mod:`lengthgen.proof.attention`): per answer position and head,
    upper bounds of the leak λ (mass outside S relative to S) and of the score spread η inside S;
    the attention is then within total variation ``TV ≤ λ + (e^η − 1)/4`` of uniform on S.
 2. **Values.** Each head's output moves by at most ``TV·range`` per residual coordinate, the range
    of its ``(y W_V + b_V + W_pos[q] W_V) W_O`` over all tokens and IDs: the PRE_SUM, PRE_CARRY and
-   PRE_EOS bounds. The float term of the dtype (:mod:`constructions.addition.certify.rounding`)
+   PRE_EOS bounds. The float term of the dtype (:mod:`lengthgen.proof.rounding`)
    is added.
 3. **FFN** (:mod:`constructions.addition.certify.ffn`): answer positions are grouped into classes
    with the same S pattern relative to the query and the same positional effect on the FFN and the
@@ -32,23 +32,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lengthgen.model import Transformer
+from lengthgen.proof import interval as I
+from lengthgen.proof.interval import Iv
+from lengthgen.proof.rounding import FloatTerms, attention_float_terms, zero_terms
+from lengthgen.proof.weights import StructureError, Weights, group_rows
 
 from ..model import START_ID, position_dims
-from . import interval as I
-from .attention import HeadBounds, head_bounds
+from lengthgen.proof.attention import HeadBounds, head_bounds
 from .ffn import ROLE_BOS, ClassSpec, LocalityError, ffn_check, ffn_tables, local_inputs_digest
-from .interval import Iv
-from .layout import Layout, StructureError, Weights
-from .rounding import FloatTerms, attention_float_terms, zero_terms
+from .layout import Layout
 
 __all__ = ["Certificate", "Layout", "StructureError", "Weights", "certify", "position_effect", "tv_parts"]
-
-
-def _group_rows(rows: np.ndarray) -> np.ndarray:
-    """Group index of each row (rows with identical bytes share one), in order of first appearance."""
-    rows = np.ascontiguousarray(rows)
-    seen: dict[bytes, int] = {}
-    return np.array([seen.setdefault(r.tobytes(), len(seen)) for r in rows], dtype=np.int64)
 
 
 @dataclass
@@ -156,7 +150,7 @@ def certify(model: Transformer, n: int, dtype: str | None = None, start: int = S
                          + [f.astype(np.int64) for f in fields if f.ndim == 2], axis=1)
     group_key = ("classes", hashlib.sha1(sig.tobytes() + effect.tobytes()).hexdigest())
     if group_key not in cache:  # the grouping depends only on S patterns and positional effects
-        cls = _group_rows(np.column_stack([sig, _group_rows(effect)]))
+        cls = group_rows(np.column_stack([sig, group_rows(effect)]))
         cache[group_key] = (cls, [int(np.argmax(cls == c)) for c in range(int(cls.max()) + 1)])
     cls, reps = cache[group_key]
     n_cls = len(reps)

@@ -3,10 +3,10 @@
 
 The construction has one layer, one head and no MLP, and uses the hypercube position code and the
 ``$`` sink of Theorem 5.1's addition, so the attention half of the addition certificate
-(:mod:`constructions.addition.certify.attention`, docs/certificate.md) applies unchanged; only
+(:mod:`lengthgen.proof.attention`, docs/certificate.md) applies unchanged; only
 the readout is simpler (logits are affine in the residual stream). Everything is read from the
 weights the model holds, and every compared number is an interval enclosure
-(:mod:`constructions.addition.certify.interval`):
+(:mod:`lengthgen.proof.interval`):
 
 1. **Attention**, per answer position (``=``, y_1 … y_n): the position part of every score comes from
    the values that each coordinate of ``W_pos·W_K`` takes on the IDs the format uses (so the ID
@@ -24,7 +24,7 @@ weights the model holds, and every compared number is an interval enclosure
 
 Every input of length N maps each answer position to one class and one digit assignment, so PASS is
 a statement about all 10^N inputs. The float term (``float32``, ``float64``) is the addition
-certificate's rounding model (:mod:`constructions.addition.certify.rounding`, assumptions
+certificate's rounding model (:mod:`lengthgen.proof.rounding`, assumptions
 (F1)–(F3)) evaluated with no hidden units: every operation of this forward pass is one that model
 bounds, and a skipped MLP adds nothing.
 """
@@ -37,12 +37,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from constructions.addition.certify import interval as I
-from constructions.addition.certify.attention import head_bounds
-from constructions.addition.certify.interval import Iv
-from constructions.addition.certify.layout import StructureError, Weights
+from lengthgen.proof import interval as I
+from lengthgen.proof.attention import head_bounds
+from lengthgen.proof.interval import Iv
+from lengthgen.proof.weights import StructureError, Weights
 from constructions.addition.certify.margins import position_effect, tv_parts
-from constructions.addition.certify.rounding import FloatTerms, attention_float_terms, zero_terms
+from lengthgen.proof.rounding import FloatTerms, attention_float_terms, zero_terms
 from lengthgen.model import Transformer
 from lengthgen.tasks import COPY
 from lengthgen.tasks.copying import CopyTask

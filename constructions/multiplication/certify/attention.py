@@ -6,7 +6,7 @@ A query at position i with residual x_i and a key at position j score
 κ_c (its token and what earlier layers wrote, one enclosure per content class c, deviations of the
 earlier layers included) and its *position* part π(q) = W_pos[q] W_K. The ID relation enters only
 through π, and it is handled as in the addition certificate (docs/certificate.md, "The argument",
-steps 1 and 3; the functions are imported from :mod:`constructions.addition.certify.attention`):
+steps 1 and 3; the functions are imported from :mod:`lengthgen.proof.attention`):
 the entries of W_pos·W_K over the IDs of the format form a small alphabet per coordinate, the ID q*
 holding the best entry in every coordinate is the one the query attends to, and all other IDs
 together weigh at most ``∏_e (1 + G_e) − 1`` relative to it — without enumerating ID pairs. A head
@@ -26,9 +26,9 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from constructions.addition.certify import interval as I
-from constructions.addition.certify.attention import position_key_alphabet, position_scores
-from constructions.addition.certify.interval import Iv
+from lengthgen.proof import interval as I
+from lengthgen.proof.keys import position_key_alphabet, position_scores
+from lengthgen.proof.interval import Iv
 
 from .weights import StructureError
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from constructions.sizing import bound_table, scientific
-from constructions.addition.layout import hypercube_codes
+from lengthgen.positions import hypercube_codes
 
 from ..layout import POSITION_BLOCKS, START_ID, residual_basis
 from ..model import TASK

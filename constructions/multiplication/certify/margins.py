@@ -3,7 +3,7 @@ arithmetic (docs/multiplication.md, "Certificate").
 
 Every number is read from the weights the model holds (W_E, W_pos, W_Q, W_K, W_V, W_O, b_*, W_in,
 W_out, W_U) and every number compared with a margin is an interval enclosure
-(:mod:`constructions.addition.certify.interval`). The chain, one layer at a time:
+(:mod:`lengthgen.proof.interval`). The chain, one layer at a time:
 
 a. **Layer 1** (:func:`.attention.head_attention` at every position): the key classes are the token
    kinds ($, digit, ``*``, ``=``); per head the attended set S, the leak λ₁ and the spread η₁, hence the
@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from constructions.addition.certify import interval as I
-from constructions.addition.certify.interval import Iv
+from lengthgen.proof import interval as I
+from lengthgen.proof.interval import Iv
 from lengthgen.model import Transformer
+from lengthgen.proof.weights import group_rows
 
 from ..layout import START_ID
 from .attention import MAX_MEMBERS, HeadResult, Keys, head_attention
@@ -61,14 +62,6 @@ class Certificate:
 
 def _fail(n: int, reason: str, message: str, **kw) -> Certificate:
     return Certificate(n, False, reason, message, **kw)
-
-
-def _group_rows(rows: np.ndarray) -> np.ndarray:
-    """Group index of each row (identical bytes share one), in order of first appearance."""
-    _, first, inv = np.unique(np.ascontiguousarray(rows).view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))),
-                              return_index=True, return_inverse=True)
-    order = np.argsort(np.argsort(first))
-    return order[inv.reshape(-1)]
 
 
 def _value_parts(W: Weights, layer: int, h: int, rest: Iv, used: np.ndarray, cols: np.ndarray) -> tuple[Iv, Iv, Iv]:
@@ -187,7 +180,7 @@ def _certify(W: Weights, n: int, start: int, cache: dict) -> Certificate:
         delta1 = I.up_add(delta1, _scatter(I.up(res.tv * _range(tok, cls, pos)), cols, d))
         heads_info.append(_head_info(name, res))
     # ---- b. layer 2: key classes are token kind × what layer 1 wrote, widened by Δ₁
-    cls2 = _group_rows(np.column_stack([group.astype(np.float64), out1.lo, out1.hi]))
+    cls2 = group_rows(np.column_stack([group.astype(np.float64), out1.lo, out1.hi]))
     reps = np.array([int(np.argmax(cls2 == c)) for c in range(int(cls2.max()) + 1)])
     rest2 = Iv(np.zeros((len(reps), d)), np.zeros((len(reps), d)))
     rest2.lo[:, W1], rest2.hi[:, W1] = out1.lo[reps], out1.hi[reps]  # what layer 1 left (no token, no position)
@@ -248,7 +241,7 @@ def _certify(W: Weights, n: int, start: int, cache: dict) -> Certificate:
                              + [i_of >= 2, i_of >= 1, i_of >= 0, i_of <= n, L.role[Q] == ROLE_C])
     rows = np.column_stack([family.astype(np.float64), fixed.lo, fixed.hi]
                            + [np.column_stack([code, size]).astype(np.float64) for _, code, size in digit_terms])
-    signature = _group_rows(rows)  # answer positions with identical rows see the same local computation
+    signature = group_rows(rows)  # answer positions with identical rows see the same local computation
     carries = reachable_carries()
     weights_key = _mlp_digest(W, D, d3u) + "".join(hashlib.sha1(t.lo.tobytes() + t.hi.tobytes()).hexdigest()
                                                    for t, _, _ in digit_terms)

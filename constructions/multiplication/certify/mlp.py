@@ -33,8 +33,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from constructions.addition.certify import interval as I
-from constructions.addition.certify.interval import Iv
+from lengthgen.proof import interval as I
+from lengthgen.proof.interval import Iv
 
 from .weights import DIGITS, EOS, TOKEN_NAMES, StructureError, Weights
 

@@ -13,7 +13,7 @@ import copy
 
 import torch
 
-from constructions.addition.certify.search import SharpnessSearch, bracket_smallest
+from lengthgen.proof.sharpness import SharpnessSearch, bracket_smallest
 from lengthgen.model import Transformer
 
 from ..heads import weight_entries

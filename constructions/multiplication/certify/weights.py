@@ -4,14 +4,12 @@ embeds in float64) and the roles of the positions of ``$ a * b = c``.
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
-from constructions.addition.certify.layout import StructureError
 from lengthgen.model import Transformer
+from lengthgen.proof.weights import LayeredWeights, StructureError
 
 from ..layout import START_ID
 from ..model import TASK
@@ -27,54 +25,15 @@ ROLE_TOKENS = {ROLE_BOS: [BOS], ROLE_A: DIGITS, ROLE_STAR: [STAR], ROLE_B: DIGIT
 N_LAYERS = 3
 
 
-def _f64(t: torch.Tensor) -> np.ndarray:
-    return t.detach().to("cpu", torch.float64).numpy().copy()
-
-
-@dataclass
-class Weights:
-    """Every parameter the certificate reads, per layer: ``W_Q[l]`` is [heads, d, d_head], ``b_O[l]`` [d] ..."""
-
-    W_E: np.ndarray
-    W_pos: np.ndarray
-    W_Q: list[np.ndarray]
-    b_Q: list[np.ndarray]
-    W_K: list[np.ndarray]
-    b_K: list[np.ndarray]
-    W_V: list[np.ndarray]
-    b_V: list[np.ndarray]
-    W_O: list[np.ndarray]
-    b_O: list[np.ndarray]
-    W_in: list[np.ndarray]
-    b_in: list[np.ndarray]
-    W_out: list[np.ndarray]
-    b_out: list[np.ndarray]
-    W_U: np.ndarray
-    b_U: np.ndarray
-    scale: float
-    labels: list[str]
+class Weights(LayeredWeights):
+    """The 3-layer model's parameters (:class:`lengthgen.proof.weights.LayeredWeights`) and the
+    shape the certificate's chain assumes."""
 
     @classmethod
-    def from_model(cls, model: Transformer) -> "Weights":
-        cfg = model.cfg
-        if cfg.n_layers != N_LAYERS or cfg.normalization is not None or cfg.act_fn != "relu" \
-                or cfg.positional != "learned" or cfg.attn_windows is not None or not cfg.causal:
-            raise StructureError("the certificate covers causal 3-layer ReLU models without LayerNorm, with learned positions")
-        blocks = model.blocks
-        get = lambda part, name: [_f64(getattr(getattr(b, part), name)) for b in blocks]  # noqa: E731
-        labels = model.annotations.residual or [f"r{i}" for i in range(cfg.d_model)]
-        return cls(_f64(model.embed.W_E), _f64(model.pos_embed.W_pos), get("attn", "W_Q"), get("attn", "b_Q"),
-                   get("attn", "W_K"), get("attn", "b_K"), get("attn", "W_V"), get("attn", "b_V"), get("attn", "W_O"),
-                   get("attn", "b_O"), get("mlp", "W_in"), get("mlp", "b_in"), get("mlp", "W_out"), get("mlp", "b_out"),
-                   _f64(model.unembed.W_U), _f64(model.unembed.b_U), float(cfg.score_scale), list(labels))
-
-    @property
-    def d_model(self) -> int:
-        return self.W_E.shape[1]
-
-    def working_heads(self, layer: int) -> list[int]:
-        """Heads whose W_O is not identically zero (the others add exactly 0)."""
-        return [h for h in range(self.W_O[layer].shape[0]) if np.any(self.W_O[layer][h])]
+    def from_model(cls, model: Transformer, n_layers: int = 3) -> "Weights":
+        if n_layers != N_LAYERS:
+            raise StructureError(f"the multiplication certificate reads {N_LAYERS}-layer models")
+        return super().from_model(model, N_LAYERS)
 
     def check_shape(self) -> None:
         """The chain covers layer 1 without MLP, layer 3 without attention (both exactly zero maps,
@@ -83,14 +42,6 @@ class Weights:
             raise StructureError("the layer-1 MLP writes to the residual stream (W_out ≠ 0); the chain assumes it does not")
         if self.working_heads(2):
             raise StructureError("layer-3 attention writes to the residual stream (W_O ≠ 0); the chain assumes it does not")
-
-    def digest(self, *names: str) -> str:
-        h = hashlib.sha1()
-        for name in names:
-            value = getattr(self, name)
-            for arr in value if isinstance(value, list) else [value]:
-                h.update(np.ascontiguousarray(arr).tobytes())
-        return h.hexdigest()
 
 
 @dataclass

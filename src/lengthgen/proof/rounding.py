@@ -160,7 +160,7 @@ def score_bounds(q: Projection, k: Projection, scale: float, u: float, n_keys: i
 
 def attention_float_terms(W, dtype: str, n_keys: int, k_max: int) -> FloatTerms:
     """Bound every float error of the forward pass for the weights ``W`` (a
-    :class:`~constructions.addition.certify.margins.Weights`) in ``dtype``.
+    :class:`~lengthgen.proof.weights.Weights`) in ``dtype``.
 
     ``k_max``: largest intended key set S; ``n_keys``: sequence length.
     Output errors are per residual coordinate; ``resid_tail_coef`` multiplies the leak λ."""
