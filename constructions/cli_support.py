@@ -13,7 +13,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from lengthgen.cli import UsageError
+from lengthgen.cli import UsageError, non_negative_integer
 
 SHOWN_DIGITS = 1000  # a longer answer is abbreviated on the screen (--output and --json hold it in full)
 
@@ -24,7 +24,7 @@ def add_common_options(p: argparse.ArgumentParser, *, digits_help: str, b_help: 
     ``answer`` names what the model computes ("sum", "product")."""
     src = p.add_argument_group("operands (either --digits, or --a and --b)")
     src.add_argument("--digits", type=int, help=digits_help)
-    src.add_argument("--seed", type=int, default=0, help="random seed for --digits (default 0)")
+    src.add_argument("--seed", type=non_negative_integer, default=0, help="random seed for --digits (default 0)")
     src.add_argument("--a", help="first operand: decimal digits, or @PATH to a file of digits")
     src.add_argument("--b", help=b_help)
     add_run_options(p, d_min=d_min, dtype_help=dtype_help, answer=answer, dtype_choices=dtype_choices)

@@ -108,7 +108,7 @@ def test_a_tie_is_wrong_in_both_modes(mode: str, capsys: pytest.CaptureFixture) 
         (["--a", "@/nonexistent/digits.txt", "--b", "1"], "cannot read --a file"),
         (["--a", "5"], "both --a and --b"),
         (["--digits", "5", "--a", "1", "--b", "2"], "not both"),
-        (["--digits", "five"], "invalid int value"),
+        (["--digits", "five"], "expected a whole number in digits 0-9"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str, capsys: pytest.CaptureFixture) -> None:

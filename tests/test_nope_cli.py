@@ -101,7 +101,7 @@ def test_a_saved_checkpoint_is_searched(capsys, tmp_path):
     (["--digits", "1"], "addition needs n_digits >= 2: no permutation-sensitive pair exists with 1 digit"),
     (["--task", "copy", "--digits", "1"], "copy needs n_digits >= 2"),
     (["--digits", "0"], "n_digits must be a positive integer"),
-    (["--digits", "three"], "invalid int value: 'three'"),
+    (["--digits", "three"], "expected a whole number in digits 0-9, got 'three'"),
     (["--model", "no/such/model.safetensors"], "no such weight file"),
     (["--model", "weights.pt"], "unknown weight format '.pt'"),
     (["--model", "construction", "--task", "copy"], "the Theorem 5.1 construction adds"),

@@ -110,7 +110,7 @@ def test_bad_input_is_one_line_exit_2_and_nothing_is_lost(tmp_path, capsys):
     assert run("--train-digits", "1-9", "--out", str(out)) == 2
     assert "exceeds --max-digits" in one_error_line(capsys)
     assert run("--steps", "many", "--out", str(out)) == 2
-    assert "invalid int value" in one_error_line(capsys)
+    assert "expected a whole number" in one_error_line(capsys)
     assert not out.exists()
     assert run("--steps", "3", "--out", str(out)) == 0
     capsys.readouterr()

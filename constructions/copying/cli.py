@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from lengthgen.cli import ArgumentParser, UsageError, run_cli
+from lengthgen.cli import ArgumentParser, UsageError, non_negative_integer, run_cli
 
 from ..cli_support import (UNDECIDED_CHAR, add_run_options, add_threads_option, apply_threads,
                            attention_progress_bar, read_operand, report_result, resolve_device, rss_peak_bytes)
@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--task", required=True, choices=["copy", "reverse"], help="copy: y = x; reverse: y = x reversed")
     src = p.add_argument_group("input (either --digits, or --x)")
     src.add_argument("--digits", type=int, help="a random input of this many digits")
-    src.add_argument("--seed", type=int, default=0, help="random seed for --digits (default 0)")
+    src.add_argument("--seed", type=non_negative_integer, default=0, help="random seed for --digits (default 0)")
     src.add_argument("--pattern", default="random", choices=PATTERNS,
                      help="--digits input: independent random digits, or runs of one repeated digit with lengths "
                      "from 1 to N/4 (log-uniform), the inputs a position-free model cannot tell apart (default random)")

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import torch
 
-from lengthgen.cli import ArgumentParser, UsageError, fail
+from lengthgen.cli import ArgumentParser, UsageError, fail, non_negative_integer
 from lengthgen.data import DataError, check_digits
 
 from constructions.nope.certificate import (
@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="'random' (default): a random transformer (options below); 'construction': the Theorem 5.1 "
                    "addition transformer with coupled position IDs; or PATH to a lengthgen model: a .safetensors/.npz "
                    "file, a run directory or a checkpoint directory (as lengthgen.evaluate takes them)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random model and of the search (default 0)")
+    p.add_argument("--seed", type=non_negative_integer, default=0, help="seed of the random model and of the search (default 0)")
     p.add_argument("--budget", type=int,
                    help="most prompts to evaluate (default 20000, fewer for long prompts: at most 2e6 tokens); "
                    "the search is exhaustive when all 10^slots fillings fit")

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from . import task_batches
-from .cli import run_cli
+from .cli import non_negative_integer, run_cli, torch_device
 from .data import DataError, parse_digit_range
 from .decode import decided_argmax
 from .model import DENSE_ENTRIES_LIMIT, Transformer
@@ -160,7 +160,7 @@ def parser() -> OneLineParser:
                         "'construction' (Theorem 5.1's model)")
     p.add_argument("--digits", default="1-15", help="operand lengths, e.g. 1-15 or 6")
     p.add_argument("--samples", type=int, default=1000, help="test examples per length")
-    p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="test-set seed (same additions for every model)")
+    p.add_argument("--seed", type=non_negative_integer, default=DEFAULT_SEED, help="test-set seed (same additions for every model)")
     p.add_argument("--batch-size", type=int, default=500, help="most rows per forward pass (the test set is "
                    "drawn in batches of this size, or fewer where --max-memory requires)")
     p.add_argument("--max-memory", type=int, default=DEFAULT_MAX_MEMORY_MIB,
@@ -168,7 +168,8 @@ def parser() -> OneLineParser:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--out", help="also write the JSON result to this file")
     p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--device", type=torch_device, default="cuda" if torch.cuda.is_available() else "cpu",
+                   help="cpu or cuda (default: cuda where available)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--no-progress", action="store_true")
     return p

@@ -25,7 +25,7 @@ from .data import DataError, parse_digit_range
 from .decode import DECISION_MARGIN
 from .evaluate import DEFAULT_SEED, evaluate, load_for_eval, mean_attention
 from .plot_attention import match_heads, attention_figure
-from .cli import run_cli
+from .cli import non_negative_integer, run_cli
 from .runs import OneLineParser, RunError, fail, read_json, write_json
 
 PROG = "python -m lengthgen.plot"
@@ -286,7 +286,7 @@ def parser() -> OneLineParser:
     al.add_argument("--construction", default=CONSTRUCTION,
                     help="Theorem 5.1's model: a checkpoint directory (figures/regenerate.sh exports one) or registered name")
     for q in (a, ln, al):
-        q.add_argument("--seed", type=int, default=DEFAULT_SEED)
+        q.add_argument("--seed", type=non_negative_integer, default=DEFAULT_SEED)
         q.add_argument("--force", action="store_true", help="overwrite existing outputs")
         q.add_argument("--threads", type=int, default=2)
         q.add_argument("--no-progress", action="store_true")

@@ -220,6 +220,15 @@ def with_notes(model: Transformer, notes: dict[str, str]) -> Transformer:
     return model
 
 
+def command_line() -> list[str]:
+    """The command that made a run, as ``python -m MODULE ARGS`` when run as a module: ``run.json``
+    records it without the absolute path of the machine it ran on."""
+    main = sys.modules.get("__main__")
+    module = getattr(getattr(main, "__spec__", None), "name", None)
+    head = ["python", "-m", module.removesuffix(".__main__")] if module else ["python", Path(sys.argv[0]).name]
+    return head + sys.argv[1:]
+
+
 def write_checkpoint(directory: str | os.PathLike, model: Transformer, run: dict[str, Any],
                      summary: dict[str, Any] | None = None, force: bool = False) -> Path:
     """Write ``model`` as a checkpoint directory in the training-run format: ``model.safetensors``
@@ -236,7 +245,7 @@ def write_checkpoint(directory: str | os.PathLike, model: Transformer, run: dict
             raise RunError(f"{out} exists and is not a checkpoint directory; refusing to replace it")
     try:
         save_model(model, out / "model.safetensors")
-        write_json(out / "run.json", {**run, "argv": sys.argv, "torch": torch.__version__})
+        write_json(out / "run.json", {**run, "argv": command_line(), "torch": torch.__version__})
         write_json(out / "summary.json", {**(summary or {}), "params": sum(p.numel() for p in model.parameters())})
     except OSError as exc:
         raise RunError(f"cannot write {exc.filename or out}: {exc.strerror or exc}") from None

@@ -35,8 +35,8 @@ from . import task_batches
 from .data import DataError, SCHEMES, parse_digit_range
 from .decode import decided_argmax
 from .model import Transformer
-from .cli import run_cli
-from .runs import OneLineParser, RunError, fail, latest_checkpoint, load_optimizer, read_json, save_checkpoint, write_json
+from .cli import non_negative_integer, run_cli, torch_device
+from .runs import OneLineParser, RunError, command_line, fail, latest_checkpoint, load_optimizer, read_json, save_checkpoint, write_json
 from .train_config import POS_INITS, TrainConfig, build_model, lr_at, make_optimizer  # noqa: F401  (public API)
 from .weights import WeightFileError, load_model, save_model
 
@@ -130,7 +130,7 @@ def train(cfg: TrainConfig, out: Path, *, resume: bool = False, stop_after: int 
         state = read_json(ck / "state.json")
     else:
         runtime = {"threads": torch.get_num_threads(), "device": str(device)}
-        write_json(out / "run.json", {"config": asdict(cfg), "runtime": runtime, "argv": sys.argv,
+        write_json(out / "run.json", {"config": asdict(cfg), "runtime": runtime, "argv": command_line(),
                                       "torch": torch.__version__})
         model = build_model(cfg).to(device)
         opt = make_optimizer(model, cfg)
@@ -242,8 +242,8 @@ def parser() -> OneLineParser:
     p.add_argument("--warmup", type=float, default=d.warmup, help="warm-up fraction of the steps")
     p.add_argument("--weight-decay", type=float, default=d.weight_decay)
     p.add_argument("--grad-clip", type=float, default=d.grad_clip)
-    p.add_argument("--seed", type=int, default=d.seed, help="model initialisation seed")
-    p.add_argument("--data-seed", type=int, default=d.data_seed, help="data sampling seed")
+    p.add_argument("--seed", type=non_negative_integer, default=d.seed, help="model initialisation seed")
+    p.add_argument("--data-seed", type=non_negative_integer, default=d.data_seed, help="data sampling seed")
     p.add_argument("--checkpoint-every", type=int, default=d.checkpoint_every)
     p.add_argument("--log-every", type=int, default=d.log_every)
     p.add_argument("--pos-lr-scale", type=float, default=d.pos_lr_scale, help="learning-rate multiplier of W_pos")
@@ -266,7 +266,7 @@ def parser() -> OneLineParser:
     p.add_argument("--force", action="store_true", help="delete an existing run in --out and start afresh")
     p.add_argument("--stop-after", type=int, default=None,
                    help="stop after this many steps of this invocation, with a checkpoint (exit 0; continue with --resume)")
-    p.add_argument("--device", default=None, help=f"default {RUNTIME_DEFAULTS['device']}; on --resume the run's own")
+    p.add_argument("--device", type=torch_device, default=None, help=f"default {RUNTIME_DEFAULTS['device']}; on --resume the run's own")
     p.add_argument("--threads", type=int, default=None,
                    help=f"torch CPU threads (default {RUNTIME_DEFAULTS['threads']}; on --resume the run's own: the "
                         "thread count changes the floating-point sums, so it is stored with the run)")
@@ -320,6 +320,8 @@ def _main(argv: list[str] | None) -> int:
         else:
             runtime = {k: RUNTIME_DEFAULTS[k] if getattr(args, k) is None else getattr(args, k) for k in RUNTIME_DEFAULTS}
             cfg.validate()
+            if "window" in given_options(argv) and cfg.positions != "hard-alibi":
+                raise RunError(f"--window sets the Hard-ALiBi window; it has no effect with --positions {cfg.positions}")
         if runtime["threads"] < 1:
             raise RunError("--threads must be at least 1")
         if str(runtime["device"]).startswith("cuda") and not torch.cuda.is_available():
@@ -340,7 +342,8 @@ def prepare_run_directory(out: Path, force: bool) -> None:
     """Make ``out`` an empty, writable directory for a new run: refuse an existing run without
     ``force``, anything that is not a run directory always, and a place that cannot be written."""
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        if not force:
+        abandoned = out.is_dir() and (out / "run.json").is_file() and latest_checkpoint(out) is None
+        if not force and not abandoned:  # a run that failed before its first checkpoint holds nothing to keep
             raise RunError(f"{out} already exists; use --resume to continue it or --force to replace it")
         if not out.is_dir() or not ((out / "run.json").is_file() or (out / "latest.json").is_file()):
             raise RunError(f"{out} exists and is not a lengthgen run directory; refusing to delete it even with --force")

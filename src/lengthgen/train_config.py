@@ -68,8 +68,12 @@ class TrainConfig:
         for name in ("layers", "heads", "d_model", "steps", "batch_size", "checkpoint_every", "log_every", "max_digits"):
             if getattr(self, name) < 1:
                 raise DataError(f"--{name.replace('_', '-')} must be at least 1")
-        if self.lr <= 0 or not 0 <= self.min_lr_ratio <= 1 or not 0 <= self.warmup < 1:
-            raise DataError("need lr > 0, 0 <= min-lr-ratio <= 1 and 0 <= warmup < 1")
+        if not (math.isfinite(self.lr) and self.lr > 0) or not 0 <= self.min_lr_ratio <= 1 or not 0 <= self.warmup < 1:
+            raise DataError("need a finite lr > 0, 0 <= min-lr-ratio <= 1 and 0 <= warmup < 1")
+        if not (math.isfinite(self.grad_clip) and self.grad_clip > 0):
+            raise DataError(f"--grad-clip is the largest gradient norm kept: a number > 0, got {self.grad_clip}")
+        if self.weight_decay < 0 or not math.isfinite(self.weight_decay):
+            raise DataError(f"--weight-decay must be a finite number >= 0, got {self.weight_decay}")
         if self.keep_best and not self.val_digits:
             raise DataError("--keep-best needs --val-digits")
         if self.val_digits is not None:

@@ -19,7 +19,7 @@ import sys
 import time
 
 from constructions.cli_support import add_bound_command, run_bound_command
-from lengthgen.cli import ArgumentParser, fail, run_cli
+from lengthgen.cli import ArgumentParser, fail, non_negative_integer, run_cli
 
 from .bound import bound_lines, derive_bound, n_max, table_lines
 
@@ -82,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--exhaustive", type=int, default=2, help="check every input of 1 … this many digits (default 2)")
     e.add_argument("--sample-digits", type=int, nargs="*", default=[3, 4], help="lengths to sample (default 3 4)")
     e.add_argument("--samples", type=int, default=200, help="random inputs per sampled length (default 200)")
-    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--seed", type=non_negative_integer, default=0)
     r = sub.add_parser("precision", help="largest exact operand length per float format and width",
                        description="For bfloat16, float16, float32, float64 and several d, the largest operand "
                        "length at which the model stays exact on adversarial inputs (carry chains, all 9s), and the "

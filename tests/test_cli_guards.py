@@ -1,0 +1,89 @@
+"""Mistakes a user types into any command: one ``PROG: error:`` line and exit 2, nothing written.
+
+The option types of :mod:`lengthgen.cli` (ASCII whole numbers, finite reals, seeds >= 0, known
+devices) serve every command; these tests run a few commands as a user would."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cli_checks import assert_one_line_error
+from constructions.addition import cli as addition_cli
+from lengthgen import evaluate, train
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY_RUN = ["--d-model", "8", "--heads", "1", "--steps", "2", "--batch-size", "2", "--train-digits", "1-2",
+            "--max-digits", "3", "--checkpoint-every", "1", "--log-every", "1", "--threads", "1", "--no-progress"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--digits", "١٢"], "whole number in digits 0-9"),  # Arabic-Indic digits: int() takes them, operands do not
+    (["--digits", "1e3"], "whole number"),
+    (["--digits", "12", "--seed", "-1"], "whole number >= 0"),
+])
+def test_integer_options_take_ascii_digits_only(argv, message, capsys):
+    assert_one_line_error(addition_cli.main, argv, "python -m constructions.addition", message, capsys)
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--lr", "inf", "finite number"),
+    ("--lr", "nan", "finite number"),
+    ("--grad-clip", "-1", "--grad-clip"),
+    ("--grad-clip", "0", "--grad-clip"),
+    ("--window", "3", "Hard-ALiBi"),
+    ("--seed", "-3", "whole number >= 0"),
+    ("--device", "tpu", "unknown device 'tpu'"),
+])
+def test_train_refuses_nonsense_before_making_the_run(flag, value, message, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert_one_line_error(train.main, ["--out", str(out), flag, value, *TINY_RUN], "python -m lengthgen.train",
+                          message, capsys)
+    assert not out.exists()
+
+
+def test_evaluate_refuses_an_unknown_device(capsys):
+    assert_one_line_error(evaluate.main, ["--checkpoint", "construction", "--digits", "3", "--device", "tpu"],
+                          "python -m lengthgen.evaluate", "unknown device", capsys)
+
+
+def test_a_run_that_failed_before_its_first_checkpoint_can_be_retried(tmp_path, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "run.json").write_text("{}")  # what a start that crashed before any checkpoint leaves
+    assert train.main(["--out", str(out), *TINY_RUN]) == 0, capsys.readouterr().err
+    run = json.loads((out / "run.json").read_text())
+    assert run["config"]["d_model"] == 8
+    capsys.readouterr()
+    # a run with a checkpoint is still protected
+    assert_one_line_error(train.main, ["--out", str(out), *TINY_RUN], "python -m lengthgen.train", "already exists",
+                          capsys)
+
+
+def test_run_json_records_the_command_without_a_machine_path(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert train.main(["--out", str(out), *TINY_RUN]) == 0, capsys.readouterr().err
+    argv = json.loads((out / "run.json").read_text())["argv"]
+    assert not any(a.startswith("/") and "lengthgen" in a for a in argv[:3]), argv
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "checkpoints").glob("*/run.json")), ids=lambda p: p.parent.name)
+def test_committed_runs_hold_no_absolute_path(path):
+    argv = json.loads(path.read_text())["argv"]
+    assert argv[:3] == ["python", "-m", "lengthgen.train"], argv[:3]
+    assert not any(a.startswith("/") for a in argv), argv
+
+
+def test_a_closed_pipe_ends_quietly():
+    """``certify bound --table | head -1``: the reader goes away; no traceback, exit 0."""
+    proc = subprocess.Popen([sys.executable, "-m", "constructions.addition.certify", "bound", "--table"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={"PYTHONPATH": f"{ROOT / 'src'}:{ROOT}", "PATH": "/usr/bin:/bin"})
+    proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0, err
+    assert "Traceback" not in err and err == "", err
