@@ -1,11 +1,16 @@
 # Quick start:  make demo   (set up, then add two 100000-digit numbers with the Theorem 5.1 transformer)
 #               make test   (set up, then run the proof checks)
 # Also: make bench (long-operand benchmarks), make figures (regenerate figures/ from checkpoints/)
-# The set-up installs the CPU torch wheel first (pinned: an unpinned torch pulls a multi-GB CUDA build),
-# then the project with the dev and interp (TransformerLens) extras; `make test EXTRAS=dev` skips TransformerLens.
+# The set-up installs torch first, pinned, then the project with the dev and interp (TransformerLens)
+# extras; `make test EXTRAS=dev` skips TransformerLens. Which torch build comes depends on where pip looks:
+# plain PyPI on Linux serves torch==2.13.0 as the CUDA build (several GB with its nvidia packages); a
+# local wheel directory or index that holds 2.13.0+cpu gives the CPU build. For the CPU build from
+# PyTorch's own CPU wheel index:  make setup TORCH_INDEX=https://download.pytorch.org/whl/cpu
+# The set-up prints which build it installed.
 PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
+TORCH_INDEX ?=
 EXTRAS ?= dev,interp
 BIN := $(VENV)/bin
 
@@ -14,8 +19,9 @@ setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check "$(TORCH_SPEC)"
+	$(BIN)/pip install -q --disable-pip-version-check $(if $(TORCH_INDEX),--index-url "$(TORCH_INDEX)") "$(TORCH_SPEC)"
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[$(EXTRAS)]' "$(TORCH_SPEC)"
+	$(BIN)/python -c "import torch; print('set-up: torch', torch.__version__, '(CUDA build ' + torch.version.cuda + ')' if torch.version.cuda else '(CPU-only build)')"
 	touch $@
 
 demo: setup
