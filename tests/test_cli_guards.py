@@ -87,3 +87,64 @@ def test_a_closed_pipe_ends_quietly():
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 0, err
     assert "Traceback" not in err and err == "", err
+
+
+# --- sizes beyond the machine: refused before anything is allocated -------------------------------
+
+FREE = 8 * 10**9  # what these tests pretend is free, so the verdict does not depend on the machine
+
+
+@pytest.fixture
+def eight_gb_free(monkeypatch):
+    from lengthgen import resources
+
+    monkeypatch.setattr(resources, "available_bytes", lambda: FREE)
+    monkeypatch.delenv(resources.IGNORE_ENV, raising=False)
+
+
+@pytest.mark.parametrize("module, argv", [
+    ("constructions.addition", ["--digits", "1000000000"]),
+    ("constructions.addition", ["--digits", "12", "--d-model", "100000"]),
+    ("constructions.multiplication", ["--a", "5", "--b", "7", "--d-model", "100000"]),
+    ("constructions.copying", ["--task", "copy", "--digits", "1000000000"]),
+    ("constructions.copying", ["--task", "copy", "--x", "12", "--d-model", "100000"]),
+    ("constructions.nope", ["--digits", "1000000000"]),
+    ("lengthgen.evaluate", ["--checkpoint", "construction", "--digits", "1000000000"]),
+])
+def test_a_size_beyond_free_memory_is_refused_with_the_number(module, argv, eight_gb_free, capsys):
+    import importlib
+
+    cli = importlib.import_module(module if module.startswith("lengthgen") else f"{module}.cli")
+    assert_one_line_error(cli.main, argv, f"python -m {module}", "GB free", capsys)
+
+
+def test_train_refuses_a_model_beyond_free_memory_and_makes_no_run(eight_gb_free, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert_one_line_error(train.main, ["--out", str(out), "--d-model", "1000000"], "python -m lengthgen.train",
+                          "needs about", capsys)
+    assert not out.exists()
+
+
+def test_the_check_can_be_overridden(monkeypatch):
+    from lengthgen import resources
+
+    monkeypatch.setattr(resources, "available_bytes", lambda: FREE)
+    with pytest.raises(resources.ResourceError, match="needs about 9 GB of memory, 8 GB free"):
+        resources.require_memory(9e9, "a test")
+    resources.require_memory(7e9, "a test")  # fits
+    monkeypatch.setenv(resources.IGNORE_ENV, "1")
+    resources.require_memory(9e9, "a test")  # the user asked to try anyway
+
+
+@pytest.mark.parametrize("kw", [
+    dict(d_vocab=14, d_model=128, n_heads=2, d_head=64, d_mlp=512, n_ctx=20, normalization="LN"),
+    dict(d_vocab=15, d_model=51, n_layers=3, n_heads=4, d_head=7, d_mlp=0, n_ctx=300, d_vocab_out=11),
+    dict(d_vocab=5, d_model=9, n_heads=1, d_head=3, d_mlp=5, positional="none", dtype="float64"),
+])
+def test_the_parameter_estimate_is_the_parameter_count(kw):
+    from lengthgen.model import Transformer, TransformerConfig
+
+    cfg = TransformerConfig(**kw)
+    model = Transformer(cfg)
+    assert cfg.parameter_count() == sum(p.numel() for p in model.parameters())
+    assert cfg.itemsize == model.embed.W_E.element_size()

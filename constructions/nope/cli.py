@@ -21,6 +21,7 @@ from typing import Any, Callable
 import torch
 
 from lengthgen.cli import ArgumentParser, UsageError, fail, non_negative_integer
+from lengthgen.resources import require_memory
 from lengthgen.data import DataError, check_digits
 
 from constructions.nope.certificate import (
@@ -252,12 +253,16 @@ def render(report: SearchReport, what: str, verified: bool | None) -> str:
     return "\n".join(lines)
 
 
+BYTES_PER_DIGIT = 200  # the search holds a few int64 token and ID arrays of 2N entries per candidate
+
+
 def run(args: argparse.Namespace) -> int:
     from constructions.nope.search import search
 
     task = resolve_task(args.task)
     if args.budget is not None and args.budget < 2:
         raise BadInput(f"--budget must be at least 2, got {args.budget}")
+    require_memory(BYTES_PER_DIGIT * args.digits, f"a search over {args.digits}-digit inputs")
     model, what, pos_ids_fn = load(args, task)
     report = search(model, task, args.digits, args.budget, seed=args.seed, rtol=args.rtol, pos_ids_fn=pos_ids_fn)
     verified = None if report.certificate is None else report.certificate.verify(model, pos_ids_fn, args.rtol)

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .attention import dense_attention, long_attention
+from .resources import require_memory
 
 #: above this many query×key entries per head the model leaves the dense path
 DENSE_ENTRIES_LIMIT = 1 << 22
@@ -87,6 +88,25 @@ class TransformerConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @property
+    def itemsize(self) -> int:
+        return torch.empty(0, dtype=self.torch_dtype).element_size()
+
+    def parameter_count(self) -> int:
+        """Number of parameters a :class:`Transformer` of this configuration holds (computed, not allocated)."""
+        d, h, dh, m = self.d_model, self.n_heads, self.d_head, self.d_mlp
+        attn = 3 * h * d * dh + 3 * h * dh + h * dh * d + d
+        mlp = d * m + m + m * d + d if m > 0 else 0
+        norms = 2 * d * (2 * self.n_layers + 1) if self.normalization == "LN" else 0
+        table = self.n_ctx * d if self.positional == "learned" else 0
+        return self.d_vocab * d + table + self.n_layers * (attn + mlp) + norms + d * self.d_vocab_out + self.d_vocab_out
+
+    def activation_bytes(self, batch: int, seq: int) -> int:
+        """Rough peak memory of one forward pass over ``batch × seq`` tokens on the O(N·d) path: the
+        residual stream, queries/keys/values and the MLP's hidden layer of one layer, a few copies each."""
+        per_token = 4 * self.d_model + 4 * self.n_heads * self.d_head + 2 * max(self.d_mlp, 0) + 2 * self.d_vocab_out
+        return 3 * batch * seq * per_token * self.itemsize
 
 
 @dataclass
@@ -259,6 +279,8 @@ class Transformer(nn.Module):
 
     def __init__(self, cfg: TransformerConfig, annotations: Annotations | None = None):
         super().__init__()
+        require_memory(cfg.parameter_count() * cfg.itemsize, f"a model with {cfg.parameter_count():.3g} parameters "
+                       f"(d_model {cfg.d_model}, position table of {cfg.n_ctx} rows)")
         self.cfg = cfg
         dt = cfg.torch_dtype
         self.embed = nn.Module()
@@ -313,6 +335,7 @@ class Transformer(nn.Module):
             tokens = tokens.unsqueeze(0)
             pos_ids = None if pos_ids is None else pos_ids.reshape(1, -1)
         past_len = 0 if cache is None else cache.length
+        require_memory(self.cfg.activation_bytes(*tokens.shape), f"a forward pass over {tokens.numel()} tokens")
         acts: dict | None = {} if return_cache else None
         x = self.embed_input(tokens, pos_ids, start=past_len)
         if acts is not None:

@@ -320,6 +320,7 @@ def _main(argv: list[str] | None) -> int:
         else:
             runtime = {k: RUNTIME_DEFAULTS[k] if getattr(args, k) is None else getattr(args, k) for k in RUNTIME_DEFAULTS}
             cfg.validate()
+            cfg.check_memory()
             if "window" in given_options(argv) and cfg.positions != "hard-alibi":
                 raise RunError(f"--window sets the Hard-ALiBi window; it has no effect with --positions {cfg.positions}")
         if runtime["threads"] < 1:

@@ -11,6 +11,7 @@ from . import task_batches
 from .data import DataError, SCHEMES, check_pack_fits, parse_digit_range
 from .init import init_weights_, sinusoidal_table
 from .model import Annotations, Transformer, TransformerConfig
+from .resources import require_memory
 from .runs import checkpoint_notes
 from .tasks import get_task
 
@@ -90,6 +91,16 @@ class TrainConfig:
             check_pack_fits(hi, task_batches.table_size(self.task, self.positions, self.max_digits))
         if self.positions == "hard-alibi" and self.window < 1:
             raise DataError("--window must be at least 1")
+
+    def check_memory(self) -> None:
+        """Refuse (:class:`~lengthgen.resources.ResourceError`) a run whose model, gradients and AdamW
+        state (4 copies of the parameters) and one batch's activations exceed the free memory."""
+        mc = self.model_config()
+        _, hi = parse_digit_range(self.train_digits)
+        seq = task_batches.sequence_length(self.task, hi)
+        need = 4 * mc.parameter_count() * mc.itemsize + 3 * mc.activation_bytes(self.batch_size, seq) * self.layers
+        require_memory(need, f"training a {self.layers}-layer model of d_model {self.d_model} "
+                             f"({mc.parameter_count():.3g} parameters, batch {self.batch_size})")
 
     def model_config(self) -> TransformerConfig:
         task = get_task(self.task)
