@@ -60,7 +60,7 @@ def build_model(
 ) -> tuple[Transformer, dict]:
     """The N×2 multiplication transformer and its metadata ``(model, meta)``.
 
-    ``d_model`` fixes P = ⌊(d−26)/4⌋; otherwise the smallest P with 2^P − 6 ≥ ``n_digits`` is used.
+    ``d_model`` fixes P = ⌊(d−25)/4⌋; otherwise the smallest P with 2^P − 6 ≥ ``n_digits`` is used.
     The position table covers ``n_digits`` digits of a (default: the bound, capped at 10^4). ``M``
     defaults to :func:`~.layout.required_sharpness` of the longest sequence the table allows."""
     d_model, P, bound = resolve_width(n_digits, d_model, d_model_for=d_model_for, position_dims=position_dims,
@@ -131,14 +131,15 @@ def check_operands(model: Transformer, n: int) -> None:
 
 def multiply(model: Transformer, a: int | str, b: int | str, progress: bool = False) -> int:
     """a·b computed by the transformer (0 ≤ b ≤ 99): generic greedy decoding from ``$a*b=``; the
-    answer's position IDs are input data known from N (position coupling)."""
+    answer's position IDs are input data known from N (position coupling). Raises
+    :class:`UndecidedPrediction` when a step has no margin (never guesses a digit)."""
     inst = instance(a, b)
     check_operands(model, inst.n)
     out = greedy_generate(
         model, inst.tokens[: inst.prompt_len], inst.pos_ids[: inst.prompt_len],
         new_pos_ids=inst.pos_ids[inst.prompt_len:], stop_token=TASK.EOS, progress=progress,
     )
-    return answer_to_int(out)
+    return answer_to_int(out, (a, b))
 
 
 def multiply_many(model: Transformer, pairs: list[tuple[int, int]]) -> list[int]:
@@ -154,7 +155,7 @@ def multiply_many(model: Transformer, pairs: list[tuple[int, int]]) -> list[int]
             torch.tensor(np.stack([g.pos_ids[p:] for g in group])), stop_token=TASK.EOS,
         )
         for i, row in zip(idxs, rows):
-            results[i] = answer_to_int(row)
+            results[i] = answer_to_int(row, pairs[i])
     return results
 
 
@@ -186,11 +187,21 @@ def _by_length(instances: list[TaskInstance]) -> dict[int, list[int]]:
     return groups
 
 
-def answer_to_int(tokens: list[int]) -> int:
-    """Reversed answer digits (c_0 first, optional final '$') -> int; refuses non-digits."""
+def answer_to_int(tokens: list[int], pair: tuple | None = None) -> int:
+    """Reversed answer digits (c_0 first, optional final '$') -> int; refuses an undecided step
+    (:class:`UndecidedPrediction`, the addition model's class) and non-digits."""
+    from constructions.addition.model import UndecidedPrediction
+    from lengthgen.decode import UNDECIDED
+
+    if UNDECIDED in tokens:
+        operands = f"{pair[0]} × {pair[1]}: " if pair is not None else ""
+        raise UndecidedPrediction(
+            f"{operands}the model's answer token {tokens.index(UNDECIDED)} (counting from the ones digit) is "
+            "undecided: its two largest logits are within the decision margin of lengthgen.decode"
+        )
     if tokens and tokens[-1] == TASK.EOS:
         tokens = tokens[:-1]
-    if not tokens or any(t > 9 for t in tokens):
+    if not tokens or any(t < 0 or t > 9 for t in tokens):
         raise ArithmeticError(f"the model produced a non-digit answer: {TASK.decode(tokens)!r}")
     return int(digits_to_str(np.array(tokens[::-1], dtype=np.uint8)))
 
