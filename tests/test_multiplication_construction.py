@@ -64,6 +64,37 @@ def test_position_dims_are_floor_of_d_minus_25_over_4() -> None:
     assert "P = ⌊(d−25)/4⌋" in build_model.__doc__
 
 
+def test_the_docs_bound_table_matches_both_formulas() -> None:
+    """docs/multiplication.md's bound table, row by row, against 2^⌊(d−34)/6⌋ − 3 (the paper's
+    theorem, d ≥ 46) and 2^⌊(d−25)/4⌋ − 6 (this layout) in Python integers."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "multiplication.md").read_text()
+    table = text[text.index("The bound for a few widths"):]
+    rows = re.findall(r"^\| (\d+) \| ([^|]+) \| ([^|]+) \|$", table.split("\n\n")[1], re.M)
+    assert [int(d) for d, _, _ in rows] == [37, 46, 64, 93, 128, 256, 512]
+
+    def check(cell: str, exponent: int, minus: int) -> None:
+        m = re.fullmatch(r"2\^(\d+) − (\d+) (=|≈) ([\d.]+)(?: × 10\^(\d+))?", cell.strip())
+        assert m, cell
+        assert (int(m[1]), int(m[2])) == (exponent, minus), cell
+        value = 2**exponent - minus
+        if m[3] == "=":
+            assert int(m[4]) == value and m[5] is None, cell
+        else:
+            assert f"{value:.2e}" == f"{m[4]}e+{int(m[5]):02d}", cell
+
+    for d, paper, ours in rows:
+        d = int(d)
+        if d < 46:
+            assert paper.strip() == "—"
+        else:
+            check(paper, (d - 34) // 6, 3)
+        check(ours, (d - 25) // 4, 6)
+        assert max_digits_for(d) == 2 ** ((d - 25) // 4) - 6
+
+
 def test_an_undecided_step_raises_undecided_prediction() -> None:
     """Greedy decoding stops at a step without a margin; multiply reports it instead of failing
     while turning the answer into digits. Two real cases: a model whose logits all tie (its

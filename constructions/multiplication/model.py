@@ -3,9 +3,9 @@ which applies coupling to N×2 multiplication): a hand-set 3-layer decoder-only 
 multiplies an N-digit number by a number below 100, for N ≤ 2^⌊(d−25)/4⌋ − 6.
 
 The format and the position IDs are those of ``lengthgen.tasks.MULTIPLICATION_NX2`` (the authors'
-coupled format: a_i, b_i and c_i share ID e − 1 − i; ``*`` and ``=`` share e). The paper's own
-construction was not available to check against, so the mechanism here is **designed**, not quoted
-(docs/multiplication.md):
+coupled format: a_i, b_i and c_i share ID e − 1 − i; ``*`` and ``=`` share e). The mechanism here
+was **designed** without the paper's proof, not quoted; docs/multiplication.md compares it with
+the paper's theorem. What each layer does:
 
 * layer 1 (2 heads) tells the segments apart — a digit of a, b or the answer has the same token and
   may have the same ID, so no head can single out b_0 before it knows which segment a key is in;
@@ -14,10 +14,10 @@ construction was not available to check against, so the mechanism here is **desi
 * layer 3 (no attention) turns T = b_0·A0 + b_1·A1 − 10·c_i into the digit ⌊(T + 54)/100⌋ mod 10
   and detects the end.
 
-Why 3 layers (the paper's version is recalled as depth 2, a statement not checked here against
-its text; docs/multiplication.md): the products need one ReLU layer after the operands are gathered
-and the digit of T another, and the gathering itself can only happen in layer 2 (layer 1's
-keys carry no segment). docs/multiplication.md says what a 2-layer version would have to change.
+Why 3 blocks: there are 2 attention layers, as in the paper's theorem, but the products need one
+ReLU layer after the operands are gathered and the digit of T another, and the gathering itself
+can only happen in layer 2 (layer 1's keys carry no segment). Block 1's MLP and block 3's attention
+are zero. docs/multiplication.md says what a version in 2 standard blocks would have to change.
 """
 from __future__ import annotations
 
