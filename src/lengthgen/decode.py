@@ -38,17 +38,16 @@ def decided_argmax(logits: torch.Tensor, margin: float = DECISION_MARGIN) -> tor
     beat, so such a row is decided unless it is NaN. Infinite logits compare as the extended reals
     do (+inf beats any finite logit; two equal infinities tie)."""
     winner = logits.argmax(dim=-1)
-    if logits.shape[-1] < 2:
-        decided = ~torch.isnan(logits[..., 0])
-    else:
-        top2 = logits.topk(2, dim=-1).values.to(torch.float64)  # a NaN sorts first: its row fails below
+    decided = ~torch.isnan(logits).any(dim=-1)  # whatever order a topk kernel gives NaN
+    if logits.shape[-1] >= 2:
+        top2 = logits.topk(2, dim=-1).values.to(torch.float64)
         first, second = top2[..., 0], -top2[..., 1]
         gap = first + second
         # TwoSum: first - runner-up == gap + err exactly, so a gap that rounds onto the margin is
         # decided only when the exact difference lies above it
         second_part = gap - first
         err = (first - (gap - second_part)) + (second - second_part)
-        decided = (gap > margin) | ((gap == margin) & (err > 0))
+        decided &= (gap > margin) | ((gap == margin) & (err > 0))
     return torch.where(decided, winner, torch.full_like(winner, UNDECIDED))
 
 
