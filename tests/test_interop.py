@@ -211,7 +211,6 @@ def test_refuses_hard_alibi_windows(interop):
     (dict(positional_embedding_type="alibi"), "alibi"),
     (dict(positional_embedding_type="shortformer"), "shortformer"),
     (dict(normalization_type="RMS"), "RMS"),
-    (dict(attention_dir="bidirectional"), "bidirectional"),
     (dict(act_fn="gelu_new"), "gelu_new"),
     (dict(gated_mlp=True), "gated_mlp"),
     (dict(parallel_attn_mlp=True), "parallel_attn_mlp"),
@@ -223,6 +222,87 @@ def test_refuses_tl_settings_without_equivalent(tl, interop, setting, message):
                                                d_vocab=13, act_fn="relu"), **setting})
     with pytest.raises(interop.InteropError, match=message):
         interop.from_hooked_transformer(tl.HookedTransformer(cfg))
+
+
+def test_non_causal_rasp_program_maps_to_bidirectional_attention(tl, interop):
+    """A non-causal compiled RASP program (every position sees every position) becomes a
+    TransformerLens model with attention_dir="bidirectional": TransformerLens's own forward pass
+    reverses the input (Python's xs[::-1] is the reference) and agrees with lengthgen's; the same
+    weights under TransformerLens's causal mask do not reverse, so the direction is what matters."""
+    from lengthgen.decode import decided_argmax
+    from rasp import lib
+    from rasp.core import tokens as rasp_tokens
+    from rasp.weights import compile_to_transformer
+
+    ct = compile_to_transformer(lib.make_reverse(rasp_tokens), [0, 1, 2, 3], 8, causal=False)
+    hooked = interop.to_hooked_transformer(ct.model)
+    assert hooked.cfg.attention_dir == "bidirectional"
+    causal_copy = interop.to_hooked_transformer(ct.model)
+    causal_copy.cfg.attention_dir = "causal"  # TransformerLens reads the direction at every forward pass
+    rng = np.random.default_rng(5)
+    wrong_when_causal = 0
+    for n in (1, 3, 5, 8):
+        xs = [int(x) for x in rng.integers(0, 4, size=n)]
+        ids = torch.tensor([ct.encode(xs)])
+        assert_agree(ct.model, hooked, interop, ids, None)
+        with torch.inference_mode():
+            theirs = decided_argmax(hooked(ids)[0, 1:])
+            masked = decided_argmax(causal_copy(ids)[0, 1:])
+        assert [ct.classes[i] for i in theirs.tolist()] == xs[::-1]
+        wrong_when_causal += [ct.classes[i] if i >= 0 else None for i in masked.tolist()] != xs[::-1]
+    assert wrong_when_causal >= 2
+    back = interop.from_hooked_transformer(hooked)
+    assert not back.cfg.causal
+    assert_identical(back, ct.model)
+    # a HookedTransformer configured by hand as bidirectional converts to a non-causal model
+    c = ct.model.cfg
+    cfg = tl.HookedTransformerConfig(
+        d_model=c.d_model, d_head=c.d_head, n_heads=c.n_heads, n_layers=c.n_layers, d_mlp=c.d_mlp, n_ctx=c.n_ctx,
+        d_vocab=c.d_vocab, d_vocab_out=c.d_vocab_out, act_fn="relu", normalization_type=None,
+        use_attn_scale=False, attention_dir="bidirectional", dtype=torch.float64, device="cpu")
+    by_hand = tl.HookedTransformer(cfg)
+    by_hand.load_state_dict(ct.model.state_dict(), strict=False)
+    model = interop.from_hooked_transformer(by_hand)
+    assert not model.cfg.causal and model.cfg.attn_scale == 1.0
+    ids = torch.tensor([ct.encode([3, 1, 0, 2, 2])])
+    with torch.inference_mode():
+        torch.testing.assert_close(model(ids), by_hand(ids), rtol=0, atol=1e-9)
+
+
+def test_attn_scale_is_what_the_modules_compute(tl, interop):
+    """TransformerLens's attention modules copy attn_scale when they are built and ignore later
+    edits of cfg.attn_scale (checked here on TransformerLens's own forward pass); the converted
+    model computes what TransformerLens computes, and a round trip stays bit-identical."""
+    cfg = tl.HookedTransformerConfig(d_model=16, d_head=4, n_heads=2, n_layers=2, d_mlp=20, n_ctx=12, d_vocab=13,
+                                     act_fn="gelu", normalization_type="LN", dtype=torch.float64, seed=11)
+    hooked = tl.HookedTransformer(cfg)
+    tokens = torch.randint(0, 13, (3, 12), generator=torch.Generator().manual_seed(2))
+    with torch.inference_mode():
+        before = hooked(tokens)
+        hooked.cfg.attn_scale, hooked.cfg.eps = 7.0, 1e-6  # edits the modules never see
+        after = hooked(tokens)
+    torch.testing.assert_close(after, before, rtol=0, atol=0)
+    model = interop.from_hooked_transformer(hooked)
+    assert model.cfg.attn_scale == 2.0  # sqrt(d_head), fixed when the modules were built
+    with torch.inference_mode():
+        torch.testing.assert_close(model(tokens), after, rtol=0, atol=1e-9)
+        for block in hooked.blocks:  # the modules' own value is what TransformerLens divides by
+            block.attn.attn_scale = 0.5
+        rescaled = hooked(tokens)
+    assert (rescaled - after).abs().max() > 1e-3
+    model = interop.from_hooked_transformer(hooked)
+    assert model.cfg.attn_scale == 0.5
+    with torch.inference_mode():
+        torch.testing.assert_close(model(tokens), rescaled, rtol=0, atol=1e-9)
+    hooked.blocks[1].attn.attn_scale = 3.0
+    with pytest.raises(interop.InteropError, match="different scales"):
+        interop.from_hooked_transformer(hooked)
+    # a converted lengthgen model whose TransformerLens config is edited afterwards comes back unchanged
+    original = random_model(TransformerConfig(d_vocab=13, d_model=16, d_head=4, n_heads=2, n_ctx=12,
+                                              normalization="LN", dtype="float64"), seed=4)
+    converted = interop.to_hooked_transformer(original)
+    converted.cfg.attn_scale = 9.0
+    assert_identical(interop.from_hooked_transformer(converted), original)
 
 
 def test_refuses_unknown_lengthgen_config_fields(interop):

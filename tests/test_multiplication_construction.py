@@ -15,7 +15,8 @@ from constructions.multiplication import (
     CapacityError, build_model, check_operands, d_model_for, instance, max_digits_for, multiply, multiply_many,
 )
 from constructions.multiplication.heads import MUL_SCALE
-from constructions.multiplication.layout import residual_basis
+from constructions.multiplication import UndecidedPrediction
+from constructions.multiplication.layout import position_dims, residual_basis
 
 
 # ----------------------------------------------------------------- format and layout
@@ -38,6 +39,79 @@ def test_layout_is_25_plus_4P_and_the_bound() -> None:
         assert labels[25 + 3 * P : 25 + 4 * P] == [f"POS_PLUS2[{i}]" for i in range(P)]
     assert max_digits_for(41) == 10 and max_digits_for(93) == 2**17 - 6
     assert d_model_for(10) == 41 and d_model_for(11) == 45 and d_model_for(100_000) == 93
+
+
+def test_position_dims_are_floor_of_d_minus_25_over_4() -> None:
+    """P = ⌊(d−25)/4⌋, counted independently: the residual labels minus the 25 named token
+    dimensions leave four position blocks of P labels each and fewer than 4 unused ones. At
+    d ≡ 1 (mod 4) the formula ⌊(d−26)/4⌋ would be one too small."""
+    token_names = ["NUM", "IS_BOS", "ONE", "IS_STAR", "IS_EQ", "SEEN_STAR", "SEEN_EQ", "NEXT_SEP",
+                   "B0", "B1", "A0", "A1", "EOS_PRE", "PROD"] + [f"DIGIT[{k}]" for k in range(10)] + ["IS_EOS"]
+    assert len(token_names) == 25
+    for d in (33, 34, 36, 37, 41, 45, 46, 93, 94, 512):
+        labels = residual_basis(d).labels
+        assert labels[:25] == token_names
+        blocks = {name: sum(1 for x in labels if x.startswith(name + "[")) for name in
+                  ("POS", "POS_MINUS1", "POS_PLUS1", "POS_PLUS2", "UNUSED")}
+        P = blocks["POS"]
+        assert blocks["POS_MINUS1"] == blocks["POS_PLUS1"] == blocks["POS_PLUS2"] == P
+        assert 25 + 4 * P + blocks["UNUSED"] == d and blocks["UNUSED"] < 4
+        assert P == (d - 25) // 4 and position_dims(d) == P
+        assert max_digits_for(d) == 2**P - 6
+    assert position_dims(37) == 3 and (37 - 26) // 4 == 2  # where the two formulas part
+    for d in (37, 41):
+        assert build_model(d_model=d)[1]["P"] == (d - 25) // 4
+    assert "P = ⌊(d−25)/4⌋" in build_model.__doc__
+
+
+def test_the_docs_bound_table_matches_both_formulas() -> None:
+    """docs/multiplication.md's bound table, row by row, against 2^⌊(d−34)/6⌋ − 3 (the paper's
+    theorem, d ≥ 46) and 2^⌊(d−25)/4⌋ − 6 (this layout) in Python integers."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "multiplication.md").read_text()
+    table = text[text.index("The bound for a few widths"):]
+    rows = re.findall(r"^\| (\d+) \| ([^|]+) \| ([^|]+) \|$", table.split("\n\n")[1], re.M)
+    assert [int(d) for d, _, _ in rows] == [37, 46, 64, 93, 128, 256, 512]
+
+    def check(cell: str, exponent: int, minus: int) -> None:
+        m = re.fullmatch(r"2\^(\d+) − (\d+) (=|≈) ([\d.]+)(?: × 10\^(\d+))?", cell.strip())
+        assert m, cell
+        assert (int(m[1]), int(m[2])) == (exponent, minus), cell
+        value = 2**exponent - minus
+        if m[3] == "=":
+            assert int(m[4]) == value and m[5] is None, cell
+        else:
+            assert f"{value:.2e}" == f"{m[4]}e+{int(m[5]):02d}", cell
+
+    for d, paper, ours in rows:
+        d = int(d)
+        if d < 46:
+            assert paper.strip() == "—"
+        else:
+            check(paper, (d - 34) // 6, 3)
+        check(ours, (d - 25) // 4, 6)
+        assert max_digits_for(d) == 2 ** ((d - 25) // 4) - 6
+
+
+def test_an_undecided_step_raises_undecided_prediction() -> None:
+    """Greedy decoding stops at a step without a margin; multiply reports it instead of failing
+    while turning the answer into digits. Two real cases: a model whose logits all tie (its
+    unembedding zeroed), and the bfloat16 model, where 1 × 36 rounds the ones digit to a near-tie."""
+    tied, _ = build_model(n_digits=2)
+    with torch.no_grad():
+        tied.unembed.W_U.zero_()
+    with pytest.raises(UndecidedPrediction, match="12 × 34: the model's answer token 0 "):
+        multiply(tied, 12, 34)
+    with pytest.raises(UndecidedPrediction, match="undecided"):
+        multiply_many(tied, [(12, 34)])
+    low, _ = build_model(n_digits=1, dtype="bfloat16")
+    with pytest.raises(UndecidedPrediction, match="1 × 36: the model's answer token 1 "):
+        multiply(low, 1, 36)
+    with pytest.raises(UndecidedPrediction, match="1 × 36"):
+        multiply_many(low, [(2, 3), (1, 36)])
+    assert multiply(build_model(n_digits=1)[0], 1, 36) == 36  # float32 decides it
 
 
 # ----------------------------------------------------------------- layer 1: segment flags

@@ -3,9 +3,9 @@ which applies coupling to N×2 multiplication): a hand-set 3-layer decoder-only 
 multiplies an N-digit number by a number below 100, for N ≤ 2^⌊(d−25)/4⌋ − 6.
 
 The format and the position IDs are those of ``lengthgen.tasks.MULTIPLICATION_NX2`` (the authors'
-coupled format: a_i, b_i and c_i share ID e − 1 − i; ``*`` and ``=`` share e). The paper's own
-construction was not available to check against, so the mechanism here is **designed**, not quoted
-(docs/multiplication.md):
+coupled format: a_i, b_i and c_i share ID e − 1 − i; ``*`` and ``=`` share e). The mechanism here
+was **designed** without the paper's proof, not quoted; docs/multiplication.md compares it with
+the paper's theorem. What each layer does:
 
 * layer 1 (2 heads) tells the segments apart — a digit of a, b or the answer has the same token and
   may have the same ID, so no head can single out b_0 before it knows which segment a key is in;
@@ -14,10 +14,10 @@ construction was not available to check against, so the mechanism here is **desi
 * layer 3 (no attention) turns T = b_0·A0 + b_1·A1 − 10·c_i into the digit ⌊(T + 54)/100⌋ mod 10
   and detects the end.
 
-Why 3 layers (the paper's version is recalled as depth 2, a statement not checked here against
-its text; docs/multiplication.md): the products need one ReLU layer after the operands are gathered
-and the digit of T another, and the gathering itself can only happen in layer 2 (layer 1's
-keys carry no segment). docs/multiplication.md says what a 2-layer version would have to change.
+Why 3 blocks: there are 2 attention layers, as in the paper's theorem, but the products need one
+ReLU layer after the operands are gathered and the digit of T another, and the gathering itself
+can only happen in layer 2 (layer 1's keys carry no segment). Block 1's MLP and block 3's attention
+are zero. docs/multiplication.md says what a version in 2 standard blocks would have to change.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from constructions.sizing import CapacityError, resolve_width
-from lengthgen.decode import answer_to_int, decided_argmax, greedy_generate, greedy_generate_batch
+from lengthgen.decode import UndecidedPrediction, answer_to_int, decided_argmax, greedy_generate, greedy_generate_batch
 from lengthgen.model import Annotations, Transformer, TransformerConfig
 from lengthgen.tasks import MULTIPLICATION_NX2
 from lengthgen.tasks.base import TaskInstance
@@ -59,7 +59,7 @@ def build_model(
 ) -> tuple[Transformer, dict]:
     """The N×2 multiplication transformer and its metadata ``(model, meta)``.
 
-    ``d_model`` fixes P = ⌊(d−26)/4⌋; otherwise the smallest P with 2^P − 6 ≥ ``n_digits`` is used.
+    ``d_model`` fixes P = ⌊(d−25)/4⌋; otherwise the smallest P with 2^P − 6 ≥ ``n_digits`` is used.
     The position table covers ``n_digits`` digits of a (default: the bound, capped at 10^4). ``M``
     defaults to :func:`~.layout.required_sharpness` of the longest sequence the table allows."""
     d_model, P, bound = resolve_width(n_digits, d_model, d_model_for=d_model_for, position_dims=position_dims,
@@ -130,7 +130,8 @@ def check_operands(model: Transformer, n: int) -> None:
 
 def multiply(model: Transformer, a: int | str, b: int | str, progress: bool = False) -> int:
     """a·b computed by the transformer (0 ≤ b ≤ 99): generic greedy decoding from ``$a*b=``; the
-    answer's position IDs are input data known from N (position coupling)."""
+    answer's position IDs are input data known from N (position coupling). Raises
+    :class:`UndecidedPrediction` when a step has no margin (never guesses a digit)."""
     inst = instance(a, b)
     check_operands(model, inst.n)
     out = greedy_generate(
@@ -187,10 +188,10 @@ def _by_length(instances: list[TaskInstance]) -> dict[int, list[int]]:
 
 def product_to_int(tokens: list[int], pair: tuple) -> int:
     """The product's digits (c_0 first) as an int: :func:`lengthgen.decode.answer_to_int`."""
-    return answer_to_int(tokens, TASK.EOS, TASK.decode, f"{pair[0]} * {pair[1]}")
+    return answer_to_int(tokens, TASK.EOS, TASK.decode, f"{pair[0]} × {pair[1]}")
 
 
 __all__ = [
-    "CapacityError", "START_ID", "TASK", "product_to_int", "build_model", "check_operands", "d_model_for", "instance",
+    "CapacityError", "START_ID", "TASK", "UndecidedPrediction", "product_to_int", "build_model", "check_operands", "d_model_for", "instance",
     "max_digits_for", "multiply", "multiply_many", "position_dims", "table_digits", "teacher_predictions",
 ]

@@ -32,13 +32,25 @@ UNDECIDED = -1
 def decided_argmax(logits: torch.Tensor, margin: float = DECISION_MARGIN) -> torch.Tensor:
     """Argmax over the last dimension, or :data:`UNDECIDED` where the top logit does not beat the
     runner-up by more than ``margin``. A tie-breaking argmax is kernel-dependent (which of two equal
-    logits wins is not specified), so a prediction without a margin is never counted as right."""
-    if logits.shape[-1] < 2:
-        return logits.argmax(dim=-1)
-    top2 = logits.topk(2, dim=-1).values
+    logits wins is not specified), so a prediction without a margin is never counted as right.
+
+    The comparison is exact: the gap between the two largest logits is compared with ``margin``
+    as real numbers (a gap equal to the margin is not enough), with no rounding of the subtraction
+    deciding it. A row holding a NaN is never decided; with a single class there is nothing to
+    beat, so such a row is decided unless it is NaN. Infinite logits compare as the extended reals
+    do (+inf beats any finite logit; two equal infinities tie)."""
     winner = logits.argmax(dim=-1)
-    gap = (top2[..., 0] - top2[..., 1]).to(torch.float64)
-    return torch.where(gap > margin, winner, torch.full_like(winner, UNDECIDED))
+    decided = ~torch.isnan(logits).any(dim=-1)  # whatever order a topk kernel gives NaN
+    if logits.shape[-1] >= 2:
+        top2 = logits.topk(2, dim=-1).values.to(torch.float64)
+        first, second = top2[..., 0], -top2[..., 1]
+        gap = first + second
+        # TwoSum: first - runner-up == gap + err exactly, so a gap that rounds onto the margin is
+        # decided only when the exact difference lies above it
+        second_part = gap - first
+        err = (first - (gap - second_part)) + (second - second_part)
+        decided &= (gap > margin) | ((gap == margin) & (err > 0))
+    return torch.where(decided, winner, torch.full_like(winner, UNDECIDED))
 
 
 def _as_tensor(x: Sequence[int] | torch.Tensor | None, device: torch.device) -> torch.Tensor | None:

@@ -16,12 +16,18 @@ Mapping (lengthgen ``TransformerConfig`` -> ``HookedTransformerConfig``)::
     act_fn relu / gelu    -> act_fn "relu" / "gelu" (both exact-erf GELU)
     normalization None/LN -> normalization_type None / "LN" (pre-LN, eps 1e-5)
     d_mlp=0               -> attn_only=True
+    causal=True / False   -> attention_dir="causal" / "bidirectional" (TransformerLens reads it at
+                             every forward pass, so both directions compute the same attention)
     attn_windows (Hard-ALiBi, per head) -> refused: TransformerLens has no per-head window
+
+Back from TransformerLens, what counts is what the modules compute, not what ``hooked.cfg`` says
+now: each attention module copies ``attn_scale`` (and each LayerNorm its ``eps``) when it is built
+and ignores later edits of the config, so the converter reads those values from the modules.
 
 The converter refuses settings it does not understand instead of guessing: a lengthgen config
 field it does not know (left at a non-default value), or any TransformerLens setting outside the
 table above (rotary with rotary_dim > 0, ALiBi, shortformer, RMSNorm, gated MLPs, grouped-query or
-local attention, soft caps, bidirectional attention, ...).
+local attention, soft caps, attention layers that disagree on their scale or direction, ...).
 
 TransformerLens is an optional dependency, imported only when a function here is called
 (``pip install -e ".[interp]"``). Tested against the version pinned in ``pyproject.toml``;
@@ -53,7 +59,7 @@ STASH = "lengthgen_source"
 #: lengthgen config fields this module translates (any other field must keep its default)
 KNOWN_FIELDS = frozenset({
     "d_vocab", "d_model", "n_layers", "n_heads", "d_head", "d_mlp", "n_ctx", "positional",
-    "attn_scale", "act_fn", "normalization", "attn_windows", "d_vocab_out", "dtype",
+    "attn_scale", "act_fn", "normalization", "attn_windows", "d_vocab_out", "dtype", "causal",
 })
 #: TransformerLens settings that change which hooks exist or how a model is set up, never what it
 #: computes; every other setting must equal what lengthgen's config translates to
@@ -117,7 +123,7 @@ def transformer_lens_config(cfg: TransformerConfig, device: str | torch.device =
         normalization_type=cfg.normalization, eps=LN_EPS, dtype=cfg.torch_dtype, device=str(device),
         positional_embedding_type="standard" if learned else "rotary", rotary_dim=None if learned else 0,
         use_attn_scale=True, attn_scale=math.sqrt(cfg.d_head) if cfg.attn_scale is None else float(cfg.attn_scale),
-        attention_dir="causal", init_weights=False, model_name="lengthgen",
+        attention_dir="causal" if cfg.causal else "bidirectional", init_weights=False, model_name="lengthgen",
     )
     if cfg.d_mlp > 0:
         kwargs["d_mlp"] = cfg.d_mlp
@@ -180,8 +186,9 @@ def _infer_lengthgen_config(tl_cfg: "HookedTransformerConfig") -> TransformerCon
         raise InteropError(f"normalization_type={tl_cfg.normalization_type!r} has no lengthgen equivalent (None or 'LN')")
     if tl_cfg.act_fn is not None and tl_cfg.act_fn not in ("relu", "gelu") and not tl_cfg.attn_only:
         raise InteropError(f"act_fn={tl_cfg.act_fn!r} has no lengthgen equivalent ('relu' or 'gelu')")
-    if tl_cfg.attention_dir != "causal":
-        raise InteropError(f"attention_dir={tl_cfg.attention_dir!r}: lengthgen models are causal decoders")
+    if tl_cfg.attention_dir not in ("causal", "bidirectional"):
+        raise InteropError(f"attention_dir={tl_cfg.attention_dir!r} has no lengthgen equivalent "
+                           "('causal' or 'bidirectional')")
     dtype = next((name for name, dt in DTYPES.items() if dt == tl_cfg.dtype), None)
     if dtype is None:
         raise InteropError(f"dtype {tl_cfg.dtype} has no lengthgen equivalent")
@@ -192,6 +199,7 @@ def _infer_lengthgen_config(tl_cfg: "HookedTransformerConfig") -> TransformerCon
         attn_scale=float(tl_cfg.attn_scale) if tl_cfg.use_attn_scale else 1.0,
         act_fn=tl_cfg.act_fn if tl_cfg.act_fn in ("relu", "gelu") else "relu",
         normalization=tl_cfg.normalization_type, d_vocab_out=tl_cfg.d_vocab_out, dtype=dtype,
+        causal=tl_cfg.attention_dir == "causal",
     )
 
 
@@ -214,6 +222,34 @@ def _computing_differences(tl_cfg: "HookedTransformerConfig", reference: "Hooked
     return out
 
 
+def _computed_config(hooked: "HookedTransformer") -> "HookedTransformerConfig":
+    """``hooked.cfg`` with the settings that TransformerLens's modules fix when they are built
+    replaced by the values the modules hold: the attention scale (``use_attn_scale``, ``attn_scale``
+    and ``scale_attn_by_inverse_layer_idx`` folded into one number per layer), the attention
+    direction (a module may override the config's) and the LayerNorm eps. An edit of ``hooked.cfg``
+    after construction changes none of them, so the config alone may describe another model."""
+    cfg = copy.copy(hooked.cfg)
+    attns = [block.attn for block in getattr(hooked, "blocks", [])]
+    scales = sorted({float(attn.attn_scale) for attn in attns})
+    if len(scales) > 1:
+        raise InteropError(f"the attention layers divide their scores by different scales {scales}; "
+                           "a lengthgen model has one attn_scale for every layer")
+    directions = sorted({getattr(attn, "_attention_dir_override", None) or cfg.attention_dir for attn in attns})
+    if len(directions) > 1:
+        raise InteropError(f"the attention layers mix attention directions {directions}; a lengthgen model "
+                           "is causal or non-causal throughout")
+    if scales:
+        cfg.use_attn_scale, cfg.attn_scale, cfg.scale_attn_by_inverse_layer_idx = True, scales[0], False
+    if directions:
+        cfg.attention_dir = directions[0]
+    eps = sorted({float(m.eps) for m in hooked.modules() if isinstance(getattr(m, "eps", None), (int, float))})
+    if len(eps) > 1:
+        raise InteropError(f"the LayerNorms use different eps {eps}; lengthgen's LayerNorm has eps {LN_EPS}")
+    if eps:
+        cfg.eps = eps[0]
+    return cfg
+
+
 def from_hooked_transformer(hooked: "HookedTransformer") -> Transformer:
     """A lengthgen :class:`Transformer` computing what ``hooked`` computes (parameters copied).
 
@@ -221,8 +257,9 @@ def from_hooked_transformer(hooked: "HookedTransformer") -> Transformer:
     exactly) and for hand-configured ``HookedTransformer``s within the mapping of the module
     docstring; any other TransformerLens setting raises :class:`InteropError` naming it."""
     _tl()
-    inferred = _infer_lengthgen_config(hooked.cfg)
-    differences = _computing_differences(hooked.cfg, transformer_lens_config(inferred, hooked.cfg.device or "cpu"))
+    computed = _computed_config(hooked)
+    inferred = _infer_lengthgen_config(computed)
+    differences = _computing_differences(computed, transformer_lens_config(inferred, hooked.cfg.device or "cpu"))
     if differences:
         raise InteropError("TransformerLens settings with no lengthgen equivalent: " + ", ".join(differences))
     cfg, annotations, unused = inferred, Annotations(), {}
@@ -231,7 +268,7 @@ def from_hooked_transformer(hooked: "HookedTransformer") -> Transformer:
         stashed = copy.deepcopy(stash["config"])
         # the stash wins only where TransformerLens cannot tell (attn_scale None vs sqrt(d_head);
         # a NoPE model's n_ctx): it must translate to the very config the model has now
-        if not _computing_differences(hooked.cfg, transformer_lens_config(stashed, hooked.cfg.device or "cpu")):
+        if not _computing_differences(computed, transformer_lens_config(stashed, hooked.cfg.device or "cpu")):
             cfg, annotations, unused = stashed, copy.deepcopy(stash["annotations"]), stash["unused"]
     model = Transformer(cfg, annotations)
     dead = _unused_parameters(cfg)
