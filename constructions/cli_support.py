@@ -14,6 +14,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from lengthgen.cli import UsageError, non_negative_integer
+from lengthgen.runs import write_atomic
 
 SHOWN_DIGITS = 1000  # a longer answer is abbreviated on the screen (--output and --json hold it in full)
 
@@ -147,13 +148,13 @@ UNDECIDED_CHAR = "?"  # an answer position whose top logit does not beat the oth
 
 def report_result(args: argparse.Namespace, result: dict, *, answer_key: str, summary: str,
                   positions_hint: str, wrong_detail: str = "") -> int:
-    """Write ``result[answer_key]`` to ``--output``, print ``--json`` or the text report, and return the
+    """Write ``result[answer_key]`` to ``--output`` (atomically, and only when it is right), print ``--json`` or the text report, and return the
     exit status (0 exact, 1 wrong). The text report is one verdict line (``summary`` followed by the run
     figures every construction reports), the answer (the per-position predictions when teacher
     forcing found a wrong one) and, when wrong, how answer positions are counted (``positions_hint``)."""
-    if args.output is not None:
+    if args.output is not None and result["correct"]:  # a wrong answer never replaces what the file holds
         try:
-            args.output.write_text(result[answer_key] + "\n")
+            write_atomic(args.output, result[answer_key] + "\n")
         except OSError as exc:
             raise UsageError(f"cannot write --output {args.output}: {exc.strerror or exc}") from None
     if args.json:
@@ -171,6 +172,8 @@ def report_result(args: argparse.Namespace, result: dict, *, answer_key: str, su
     if not result["correct"]:
         print(f"answer positions count from {positions_hint}; the last one is the final '$'; "
               f"'{UNDECIDED_CHAR}' marks an undecided prediction")
+        if args.output is not None:
+            print(f"--output {args.output} was not written: the answer is wrong")
     return 0 if result["correct"] else 1
 
 

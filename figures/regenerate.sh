@@ -23,7 +23,7 @@ else
     echo "skipping figures/patching.png: TransformerLens is not installed (pip install -e '.[interp]')" >&2
 fi
 #  6. the heads of the N×2 multiplication construction.
-"$PY" -m constructions.multiplication.figure
+"$PY" -m constructions.multiplication.figure --force
 #  7. the N×2 construction (exported as a checkpoint) beside the committed 2-layer trained model, every layer
 #     and head on one 5-digit example (docs/training.md, "N×2 multiplication").
 "$PY" -m constructions.multiplication export "$work/multiplication" --digits 15

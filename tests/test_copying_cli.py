@@ -24,12 +24,13 @@ def run_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
-@pytest.mark.parametrize("task, expected", [("copy", "0031415926$"), ("reverse", "6295141300$")])
+@pytest.mark.parametrize("task, expected", [("copy", "0031415926"), ("reverse", "6295141300")])
 @pytest.mark.parametrize("mode", ["teacher", "greedy"])
 def test_exact_copy_and_reverse(task: str, expected: str, mode: str, capsys: pytest.CaptureFixture) -> None:
     assert main(["--task", task, "--x", "0031415926", "--mode", mode, "--json", "--dtype", "float64"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["output"] == expected and result["correct"] is True and result["first_wrong_position"] is None
+    assert result["output_tokens"] == expected + "$"  # the end marker is a token, not a digit of the output
     assert result["task"] == task and result["mode"] == mode and result["digits"] == 10 and result["n_tokens"] == 23
     assert result["layers"] == 1 and result["heads"] == 1 and result["pattern"] is None
     for key in ("d_model", "device", "dtype", "threads", "seconds", "peak_memory_bytes", "M", "leak_bound"):
@@ -45,20 +46,20 @@ def test_runs_pattern_has_long_runs_and_is_reversed_exactly(tmp_path: Path, caps
     assert main(["--task", "reverse", "--digits", "4000", "--seed", "3", "--pattern", "runs", "--output", str(out),
                  "--no-progress"]) == 0
     text = "".join(map(str, x.tolist()))
-    assert out.read_text().strip() == text[::-1] + "$"
+    assert out.read_text().strip() == text[::-1]
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("EXACT: reverse of 4000 digits (runs), 8003 tokens") and "thread(s)" in lines[0]
-    assert lines[1] == f"output: {text[::-1][:40]}...{(text[::-1] + '$')[-40:]} (4001 digits; --output FILE writes all of them)"
+    assert lines[1] == f"output: {text[::-1][:40]}...{text[::-1][-40:]} (4000 digits; --output FILE writes all of them)"
 
 
 def test_input_from_a_file_in_another_directory(tmp_path: Path) -> None:
     (tmp_path / "x.txt").write_text("1203\n9999\n")
     out = run_cli(["--task", "copy", "--x", "@x.txt", "--output", "y.txt"], tmp_path)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines()[1] == "output: 12039999$" and (tmp_path / "y.txt").read_text() == "12039999$\n"
+    assert out.stdout.splitlines()[1] == "output: 12039999" and (tmp_path / "y.txt").read_text() == "12039999\n"
 
 
-def test_a_wrong_answer_exits_1(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+def test_a_wrong_answer_exits_1(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
     """A model whose readout of digit 7 is cut: exit 1, and the first wrong position is named."""
     import constructions.copying.model as model_module
 
@@ -77,10 +78,17 @@ def test_a_wrong_answer_exits_1(monkeypatch: pytest.MonkeyPatch, capsys: pytest.
     assert main(["--task", "copy", "--x", "1275", "--mode", "greedy", "--json"]) == 1
     result = json.loads(capsys.readouterr().out)
     assert result["first_wrong_position"] == 2 and result["output"] == "12?" and result["correct"] is False
+    keep = tmp_path / "keep.txt"
+    keep.write_text("mine\n")
+    assert main(["--task", "copy", "--x", "1275", "--output", str(keep)]) == 1
+    assert keep.read_text() == "mine\n"  # a wrong answer never replaces the file
+    assert f"--output {keep} was not written: the answer is wrong" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("args, message", [
     (["--x", "12"], "the following arguments are required: --task"),
+    (["--task", "copy", "--x", "12", "--pattern", "runs"], "--pattern shapes a random --digits input"),
+    (["--task", "copy", "--x", "-12"], "negative; only non-negative integers are allowed"),
     (["--task", "copy", "--x", "1x2"], "--x has a non-digit character 'x'"),
     (["--task", "copy"], "give --digits N or --x DIGITS"),
     (["--task", "copy", "--digits", "5", "--x", "5"], "give either --digits or --x, not both"),

@@ -70,9 +70,11 @@ def test_a_wrong_answer_exits_1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         return model, meta
 
     monkeypatch.setattr(model_module, "build_model", broken)
+    (tmp_path / "p.txt").write_text("kept\n")
     assert main(["--a", "7", "--b", "1", "--output", str(tmp_path / "p.txt")]) == 1
-    assert "WRONG at answer position 0" in capsys.readouterr().out
-    assert (tmp_path / "p.txt").read_text().strip() == "?"
+    out = capsys.readouterr().out
+    assert "WRONG at answer position 0" in out and "was not written: the answer is wrong" in out
+    assert (tmp_path / "p.txt").read_text() == "kept\n"  # a wrong product never replaces the file
 
 
 @pytest.mark.parametrize("args, message", [

@@ -47,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     src = p.add_argument_group("input (either --digits, or --x)")
     src.add_argument("--digits", type=int, help="a random input of this many digits")
     src.add_argument("--seed", type=non_negative_integer, default=0, help="random seed for --digits (default 0)")
-    src.add_argument("--pattern", default="random", choices=PATTERNS,
+    src.add_argument("--pattern", default=None, choices=PATTERNS,
                      help="--digits input: independent random digits, or runs of one repeated digit with lengths "
                      "from 1 to N/4 (log-uniform), the inputs a position-free model cannot tell apart (default random)")
     src.add_argument("--x", help="the input: decimal digits, or @PATH to a file of digits")
@@ -83,9 +83,11 @@ def input_digits(args: argparse.Namespace) -> np.ndarray:
         if args.digits < 1:
             raise UsageError(f"--digits must be at least 1, got {args.digits}")
         require_memory(BYTES_PER_DIGIT * args.digits, f"a {args.digits}-digit input")
-        return random_input(np.random.default_rng(args.seed), args.digits, args.pattern)
+        return random_input(np.random.default_rng(args.seed), args.digits, args.pattern or "random")
     if args.x is None:
         raise UsageError("give --digits N or --x DIGITS")
+    if args.pattern is not None:
+        raise UsageError("--pattern shapes a random --digits input; it has no effect on --x")
     return read_operand(args.x, "x")
 
 
@@ -127,11 +129,11 @@ def run(args: argparse.Namespace) -> dict:
     if first_wrong is None and len(got) != len(want):
         first_wrong = min(len(got), len(want))
     return {
-        "task": args.task, "digits": len(x), "pattern": args.pattern if args.digits is not None else None,
+        "task": args.task, "digits": len(x), "pattern": (args.pattern or "random") if args.digits is not None else None,
         "correct": first_wrong is None, "first_wrong_position": first_wrong,
         "expected_token": want[first_wrong] if first_wrong is not None and first_wrong < len(want) else None,
         "predicted_token": got[first_wrong] if first_wrong is not None and first_wrong < len(got) else None,
-        "output": got, "n_tokens": 2 * len(x) + 3, "d_model": meta["d_model"], "layers": model.cfg.n_layers,
+        "output": got[:-1] if first_wrong is None else got, "output_tokens": got, "n_tokens": 2 * len(x) + 3, "d_model": meta["d_model"], "layers": model.cfg.n_layers,
         "heads": model.cfg.n_heads, "device": device, "dtype": args.dtype, "mode": args.mode,
         "threads": torch.get_num_threads(), "seconds": round(seconds, 3), "peak_memory_bytes": int(peak),
         "M": meta["M"], "leak_bound": meta["leak_bound"],

@@ -1,6 +1,7 @@
 """Attention maps of the N×2 multiplication construction, one panel per layer and head, on one
-example: ``python -m constructions.multiplication.figure [--a 653 --b 49] [--output PATH]``
-(default figures/attention_multiplication.png; a .pdf beside it when --pdf is given)."""
+example: ``python -m constructions.multiplication.figure [--a 653 --b 49] [--output PATH] [--force]``
+(default figures/attention_multiplication.png; a .pdf beside it when --pdf is given; an existing file
+is replaced only with --force)."""
 from __future__ import annotations
 
 import argparse
@@ -75,12 +76,16 @@ def _main(argv: list[str] | None) -> int:
     p.add_argument("--b", type=int, default=49, help="second operand, 0..99 (default 49)")
     p.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help=f"PNG path (default {DEFAULT_OUTPUT})")
     p.add_argument("--pdf", action="store_true", help="also write a PDF beside the PNG")
+    p.add_argument("--force", action="store_true", help="overwrite existing outputs")
     args: argparse.Namespace = p.parse_args(argv)
     if not args.a.isdigit() or len(args.a) > 12:
         raise UsageError("--a must be 1 to 12 decimal digits (the figure shows every token)")
     if not 0 <= args.b <= 99:
         raise UsageError(f"--b must be in 0..99, got {args.b}")
     paths = [args.output] + ([args.output.with_suffix(".pdf")] if args.pdf else [])
+    from lengthgen.plot import check_free
+
+    check_free(paths, args.force)
     draw(args.a, args.b, paths)
     print("wrote " + ", ".join(map(str, paths)))
     return 0

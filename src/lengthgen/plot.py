@@ -26,7 +26,7 @@ from .decode import DECISION_MARGIN
 from .evaluate import DEFAULT_SEED, evaluate, load_for_eval, mean_attention
 from .plot_attention import match_heads, attention_figure
 from .cli import non_negative_integer, run_cli
-from .runs import OneLineParser, RunError, fail, read_json, write_json
+from .runs import OneLineParser, RunError, check_writable, fail, read_json, write_json
 
 PROG = "python -m lengthgen.plot"
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,22 +58,38 @@ def outputs(out: str | Path) -> list[Path]:
 
 
 def check_free(paths: list[Path], force: bool) -> None:
+    """Before any work: refuse outputs that exist (without ``force``) or cannot be written."""
     taken = [str(p) for p in paths if p.exists()]
     if taken and not force:
         raise RunError(f"{', '.join(taken)} already exist(s); use --force to overwrite")
+    for p in paths:
+        check_writable(p)
 
 
 def save_figure(fig: Any, paths: list[Path]) -> None:
-    """Save atomically (temporary name, then rename) as every path's format."""
+    """Save atomically (temporary name, then rename) as every path's format; an unsupported format
+    or a place that cannot be written is a :class:`RunError` (one line), and nothing is left behind."""
     import matplotlib.pyplot as plt
 
-    for p in paths:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(f".{p.stem}.tmp{p.suffix}")
-        meta = {"Software": "lengthgen"} if p.suffix == ".png" else {"CreationDate": None}  # reproducible PDFs
-        fig.savefig(tmp, dpi=150 if p.suffix == ".png" else None, metadata=meta)
-        tmp.replace(p)
-    plt.close(fig)
+    try:
+        supported = fig.canvas.get_supported_filetypes()
+        for p in paths:
+            if p.suffix.lstrip(".").lower() not in supported:
+                raise RunError(f"{p}: cannot write a figure as {p.suffix or 'a file without extension'}; "
+                               f"use .png or .pdf")
+            check_writable(p)
+        for p in paths:
+            p.parent.mkdir(parents=True, exist_ok=True)
+            tmp = p.with_name(f".{p.stem}.tmp{p.suffix}")
+            meta = {"Software": "lengthgen"} if p.suffix == ".png" else {"CreationDate": None}  # reproducible PDFs
+            try:
+                fig.savefig(tmp, dpi=150 if p.suffix == ".png" else None, metadata=meta)
+                tmp.replace(p)
+            except OSError as exc:
+                tmp.unlink(missing_ok=True)
+                raise RunError(f"cannot write {p}: {exc.strerror or exc}") from None
+    finally:
+        plt.close(fig)
 
 
 def train_info(checkpoint: str) -> dict[str, Any]:
@@ -94,9 +110,9 @@ def attention_command(construction: str, checkpoint: str, n: int, samples: int, 
     task); returns the head matching (also printed through ``log``). A 1-layer addition reference
     gets paired maps (:mod:`.plot_attention`), any other every layer and head (:mod:`.plot_layers`)."""
     paths = outputs(out)
-    check_free(paths, force)
-    cons, cons_desc = load_for_eval(construction, n)
+    cons, cons_desc = load_for_eval(construction, n)  # bad models first: their message is the one that helps
     trained, desc = load_for_eval(checkpoint, n)
+    check_free(paths, force)
     if cons_desc["task"] != desc["task"]:
         raise RunError(f"{checkpoint} is a {desc['task']} model, {construction} a {cons_desc['task']} model")
     if cons_desc["task"] != "addition" or cons.cfg.n_layers > 1:
@@ -312,8 +328,8 @@ def _main(argv: list[str] | None) -> int:
             lo, hi = parse_digit_range(args.digits)
             if not args.checkpoint and not args.construction:
                 raise RunError("nothing to plot: give --checkpoint LABEL=PATH and/or --construction CHECKPOINT")
-            if args.results and Path(args.results).exists() and not args.force:
-                raise RunError(f"{args.results} already exists; use --force to overwrite it")
+            if args.results:
+                check_free([Path(args.results)], args.force)  # before any figure is written
             models = ([(None, args.construction)] if args.construction else []) + parse_models(args.checkpoint)
             res = length_command(models, list(range(lo, hi + 1)), args.samples, args.out, args.force, args.seed,
                                  not args.no_progress)

@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from .cli import ArgumentParser as OneLineParser, fail  # noqa: F401  (re-exported for train/evaluate/plot)
+from .cli import ArgumentParser as OneLineParser, UsageError, fail  # noqa: F401  (re-exported for train/evaluate/plot)
 from .model import Transformer
 from .weights import WeightFileError, load_model, save_model
 
@@ -43,7 +43,7 @@ KEEP_CHECKPOINTS = 2
 CHECKPOINT_GROUP = "lengthgen.checkpoints"
 
 
-class RunError(ValueError):
+class RunError(ValueError, UsageError):
     """A run directory or checkpoint that cannot be used as asked (message is user-facing)."""
 
 
@@ -51,6 +51,23 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def check_writable(path: str | os.PathLike) -> None:
+    """Raise :class:`RunError` unless ``path`` could be written: an existing file must be writable;
+    otherwise the nearest existing folder above it must be a writable folder."""
+    path = Path(path)
+    if path.is_dir():
+        raise RunError(f"{path} is a folder; give a file name")
+    if path.exists():
+        if not os.access(path, os.W_OK):
+            raise RunError(f"cannot write {path}: permission denied")
+        return
+    parent = path.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise RunError(f"cannot write {path}: {parent} is not a writable folder")
 
 
 def write_atomic(path: Path, data: bytes | str) -> None:

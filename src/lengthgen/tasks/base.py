@@ -47,7 +47,7 @@ def digits_of(text: str, what: str = "operand") -> np.ndarray:
     if not text:
         raise ValueError(f"{what} is empty")
     if text.startswith("-"):
-        raise ValueError(f"{what} is negative; only non-negative integers can be added")
+        raise ValueError(f"{what} is negative; only non-negative integers are allowed")
     raw = np.frombuffer(text.encode("ascii", errors="replace"), dtype=np.uint8)
     bad = (raw < 48) | (raw > 57)
     if bad.any():
