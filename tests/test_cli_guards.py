@@ -148,3 +148,48 @@ def test_the_parameter_estimate_is_the_parameter_count(kw):
     model = Transformer(cfg)
     assert cfg.parameter_count() == sum(p.numel() for p in model.parameters())
     assert cfg.itemsize == model.embed.W_E.element_size()
+
+
+# --- figures: a bad place is one line, and an existing figure is kept --------------------------------
+
+def _tiny_figure():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0])
+    return fig
+
+
+@pytest.mark.parametrize("name, message", [("fig.xyz", "cannot write a figure as .xyz"),
+                                           ("plain_file/fig.png", "is not a writable folder")])
+def test_save_figure_refuses_a_bad_place_in_one_line(name, message, tmp_path):
+    from lengthgen.plot import save_figure
+    from lengthgen.runs import RunError
+
+    (tmp_path / "plain_file").write_text("a file, not a folder")
+    with pytest.raises(RunError, match=message):
+        save_figure(_tiny_figure(), [tmp_path / name])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plain_file"]  # nothing half-written
+
+
+def test_the_multiplication_figure_keeps_an_existing_file_without_force(tmp_path, capsys):
+    from constructions.multiplication import figure
+
+    out = tmp_path / "att.png"
+    out.write_bytes(b"my figure")
+    assert_one_line_error(figure.main, ["--a", "12", "--b", "7", "--output", str(out)],
+                          "python -m constructions.multiplication.figure", "use --force", capsys)
+    assert out.read_bytes() == b"my figure"
+
+
+def test_plot_names_a_missing_checkpoint_before_an_existing_figure(tmp_path, capsys):
+    from lengthgen import plot
+
+    out = tmp_path / "att.png"
+    out.write_bytes(b"x")
+    assert_one_line_error(plot.main, ["attention", "--checkpoint", str(tmp_path / "missing"), "--construction",
+                                      "construction", "--out", str(out)], "python -m lengthgen.plot",
+                          "no such checkpoint", capsys)
