@@ -5,10 +5,15 @@ n_max(d) on the operand length that P allows, and the smallest d whose bound rea
 argument checks are the same for all of them, so they are written once here."""
 from __future__ import annotations
 
+import numbers
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any, Callable
 
+import torch
+
 from lengthgen.cli import UsageError
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 class CapacityError(ValueError, UsageError):
@@ -32,6 +37,9 @@ def resolve_width(
     ``{P}`` field: "the bound 2^{P} - 2") and a width that fits."""
     if n_digits is None and d_model is None:
         raise ValueError("give n_digits or d_model")
+    for name, value in (("n_digits", n_digits), ("d_model", d_model)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
+            raise TypeError(f"{name} must be a whole number (int), got {value!r} of type {type(value).__name__}")
     if n_digits is not None and n_digits < 1:
         raise CapacityError(f"n_digits must be at least 1, got {n_digits}")
     d_model = d_model_for(n_digits) if d_model is None else d_model
@@ -42,6 +50,36 @@ def resolve_width(
             f"d_model = {d_model_for(n_digits)} fits"
         )
     return d_model, P, bound
+
+
+def resolve_dtype(dtype: torch.dtype | str) -> torch.dtype:
+    """``dtype`` as a torch dtype; a name or dtype outside float32/float64/float16/bfloat16 is a
+    ``ValueError`` that lists the allowed ones."""
+    if isinstance(dtype, str) and dtype.removeprefix("torch.") in DTYPES:
+        return DTYPES[dtype.removeprefix("torch.")]
+    if isinstance(dtype, torch.dtype) and dtype in DTYPES.values():
+        return dtype
+    raise ValueError(f"dtype must be one of {', '.join(DTYPES)} (a name or a torch dtype), got {dtype!r}")
+
+
+def check_model(model: Any) -> None:
+    """A ``TypeError`` unless ``model`` is a :class:`lengthgen.model.Transformer` (a common slip:
+    passing ``build_model()``'s ``(model, meta)`` pair, or ``None``)."""
+    from lengthgen.model import Transformer
+
+    if not isinstance(model, Transformer):
+        hint = ": build_model() returns (model, meta), unpack it" if isinstance(model, tuple) else ""
+        raise TypeError(f"model must be a lengthgen Transformer, got {type(model).__name__}{hint}")
+
+
+def check_device(device: str | torch.device) -> None:
+    """A ``ValueError`` for a device torch does not know, or CUDA where none is available."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(f"device must be 'cpu' or 'cuda' (or a torch.device), got {device!r}") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r}: CUDA is not available on this machine; use device='cpu'")
 
 
 def scientific(value: int, digits: int = 3) -> str:

@@ -30,7 +30,7 @@ from .layout import (
     head_basis, hypercube_code, hypercube_codes, max_digits_for, mlp_basis, position_dims, position_table,
     required_sharpness, residual_basis,
 )
-from ..sizing import resolve_width
+from ..sizing import check_device, check_model, resolve_dtype, resolve_width
 from .weights import weight_entries
 
 DEFAULT_TABLE_DIGITS = 10_000
@@ -77,7 +77,8 @@ def build_model(
     table_digits = n_digits if n_digits is not None else min(bound, DEFAULT_TABLE_DIGITS)
     n_positions = START_ID + table_digits + 1
     M = required_sharpness(3 * table_digits + 5) if M is None else float(M)
-    dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    dtype = resolve_dtype(dtype)
+    check_device(device)
     cfg = TransformerConfig(
         d_vocab=len(ADDITION.vocab), d_model=d_model, n_layers=1, n_heads=2, d_head=P + 3, d_mlp=len(mlp_basis()),
         n_ctx=n_positions, positional="learned", attn_scale=1.0, act_fn="relu", normalization=None,
@@ -119,6 +120,7 @@ def table_digits(model: Transformer) -> int:
 
 
 def check_operands(model: Transformer, n: int) -> None:
+    check_model(model)
     if n > table_digits(model):
         raise CapacityError(
             f"{n}-digit operands need position IDs up to {START_ID + n}, but this model's table stops at "
@@ -168,7 +170,7 @@ def add(model: Transformer, a: int | str, b: int | str, progress: bool = False) 
 
     The position IDs of the answer tokens are part of the input (coupling makes them known from n).
     Raises :class:`UndecidedPrediction` when a step has no margin (never guesses a digit)."""
-    inst = ADDITION.instance(str(a), str(b), start=START_ID)
+    inst = ADDITION.instance(a, b, start=START_ID)
     check_operands(model, inst.n)
     out = greedy_generate(
         model, inst.tokens[: inst.prompt_len], inst.pos_ids[: inst.prompt_len],
@@ -180,7 +182,7 @@ def add(model: Transformer, a: int | str, b: int | str, progress: bool = False) 
 def add_many(model: Transformer, pairs: list[tuple[int, int]]) -> list[int]:
     """``add`` for many pairs at once (batched greedy decoding; pairs are grouped by length n)."""
     by_length: dict[int, list[int]] = {}
-    instances = [ADDITION.instance(str(a), str(b), start=START_ID) for a, b in pairs]
+    instances = [ADDITION.instance(a, b, start=START_ID) for a, b in pairs]
     for idx, inst in enumerate(instances):
         by_length.setdefault(inst.n, []).append(idx)
     results: list[int] = [0] * len(pairs)

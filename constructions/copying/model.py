@@ -34,9 +34,8 @@ import math
 import numpy as np
 import torch
 
-from constructions.sizing import CapacityError
 from lengthgen.positions import hypercube_codes
-from constructions.sizing import resolve_width
+from constructions.sizing import CapacityError, check_device, resolve_dtype, resolve_width
 from lengthgen.basis import MatrixBuilder, NamedBasis
 from lengthgen.decode import greedy_generate, teacher_forced_argmax
 from lengthgen.model import Annotations, Transformer, TransformerConfig
@@ -144,7 +143,8 @@ def build_model(
     table = n_digits if n_digits is not None else min(bound, DEFAULT_TABLE_DIGITS)
     n_positions, n_tokens = START_ID + table + 2, 2 * table + 3
     M = required_sharpness(n_tokens) if M is None else float(M)
-    dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    dtype = resolve_dtype(dtype)
+    check_device(device)
     cfg = TransformerConfig(
         d_vocab=len(task.vocab), d_model=d_model, n_layers=1, n_heads=1, d_head=len(head_basis(P)), d_mlp=0,
         n_ctx=n_positions, positional="learned", attn_scale=1.0, normalization=None, dtype=str(dtype).removeprefix("torch."),

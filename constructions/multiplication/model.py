@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from constructions.sizing import CapacityError, resolve_width
+from constructions.sizing import CapacityError, check_device, check_model, resolve_dtype, resolve_width
 from lengthgen.decode import UndecidedPrediction, answer_to_int, decided_argmax, greedy_generate, greedy_generate_batch
 from lengthgen.model import Annotations, Transformer, TransformerConfig
 from lengthgen.tasks import MULTIPLICATION_NX2
@@ -50,6 +50,9 @@ NOTES = {
 }
 
 
+DEFAULT_DIGITS = 10  # build_model() with no arguments
+
+
 def build_model(
     n_digits: int | None = None,
     d_model: int | None = None,
@@ -60,8 +63,12 @@ def build_model(
     """The N×2 multiplication transformer and its metadata ``(model, meta)``.
 
     ``d_model`` fixes P = ⌊(d−25)/4⌋; otherwise the smallest P with 2^P − 6 ≥ ``n_digits`` is used.
+    With neither, the model is the smallest for 10-digit first operands (as ``build_model()`` of the
+    addition construction).
     The position table covers ``n_digits`` digits of a (default: the bound, capped at 10^4). ``M``
     defaults to :func:`~.layout.required_sharpness` of the longest sequence the table allows."""
+    if n_digits is None and d_model is None:
+        n_digits = DEFAULT_DIGITS
     d_model, P, bound = resolve_width(n_digits, d_model, d_model_for=d_model_for, position_dims=position_dims,
                                       max_digits_for=max_digits_for, bound_name="this construction's bound 2^{P} - 6")
     if bound < 1:
@@ -70,7 +77,8 @@ def build_model(
     n_positions = START_ID + table + 3  # IDs 0 .. e = s + N + 2
     n_tokens = 2 * table + 8
     M = required_sharpness(n_tokens) if M is None else float(M)
-    dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    dtype = resolve_dtype(dtype)
+    check_device(device)
     prod_units, digit_units = product_mlp_basis(), digit_mlp_basis()
     d_mlp = max(len(prod_units), len(digit_units))
     cfg = TransformerConfig(
@@ -117,10 +125,11 @@ def table_digits(model: Transformer) -> int:
 
 def instance(a: int | str | np.ndarray, b: int | str | np.ndarray) -> TaskInstance:
     """``$a*b=`` laid out with the coupled IDs this construction uses (start s = 2); ``b`` < 100."""
-    return TASK.instance(a if isinstance(a, np.ndarray) else str(a), b if isinstance(b, np.ndarray) else str(b), start=START_ID)
+    return TASK.instance(a, b, start=START_ID)
 
 
 def check_operands(model: Transformer, n: int) -> None:
+    check_model(model)
     if n > table_digits(model):
         raise CapacityError(
             f"a {n}-digit first operand needs position IDs up to {START_ID + n + 2}, but this model's table stops at "

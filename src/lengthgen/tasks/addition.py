@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..positions import coupled_addition_ids
-from .base import SequenceTask, TaskInstance, Vocabulary, digits_of, digits_to_str
+from .base import SequenceTask, TaskInstance, Vocabulary, digits_of, digits_to_str, operand_digits
 
 
 
@@ -39,7 +39,7 @@ class AdditionTask(SequenceTask):
 
     def instance(self, a: str | int | np.ndarray, b: str | int | np.ndarray, start: int = 2) -> AdditionInstance:
         """Lay out ``a + b`` (decimal strings, ints or digit arrays) with coupled position IDs."""
-        da, db = (x if isinstance(x, np.ndarray) else digits_of(str(x), name) for x, name in ((a, "a"), (b, "b")))
+        da, db = operand_digits(a, "a"), operand_digits(b, "b")
         n = max(len(da), len(db))
         da, db = (np.concatenate([np.zeros(n - len(d), np.uint8), d]) for d in (da, db))
         answer = exact_sum_digits(da, db, n + 1)[::-1]

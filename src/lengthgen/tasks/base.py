@@ -41,6 +41,18 @@ class Vocabulary:
         return "".join(self.tokens[int(i)] for i in np.asarray(ids).reshape(-1))
 
 
+def operand_digits(value: "str | int | np.ndarray", what: str = "operand") -> np.ndarray:
+    """An operand as a uint8 digit array (MSB first): a digit array as it is, a non-negative ``int``,
+    or a string of decimal digits. Anything else (``True``, ``2.5``, ``None``) is a ``TypeError``
+    naming ``what`` and what is allowed; a negative or non-digit value a ``ValueError``."""
+    if isinstance(value, np.ndarray):
+        return value.astype(np.uint8, copy=False)
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer, str)):
+        raise TypeError(f"{what} must be a non-negative int or a string of decimal digits, "
+                        f"got {value!r} of type {type(value).__name__}")
+    return digits_of(str(value), what)
+
+
 def digits_of(text: str, what: str = "operand") -> np.ndarray:
     """Decimal string -> uint8 digit array (MSB first). Raises ``ValueError`` with a clear message."""
     text = text.strip()

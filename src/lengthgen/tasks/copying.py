@@ -18,7 +18,7 @@ import re
 
 import numpy as np
 
-from .base import SequenceTask, TaskInstance, Vocabulary, digits_of
+from .base import SequenceTask, TaskInstance, Vocabulary, digits_of, operand_digits
 
 
 CopyInstance = TaskInstance  # prompt_len = n + 2 ('$ x =')
@@ -42,7 +42,7 @@ class CopyTask(SequenceTask):
 
     def instance(self, x: str | int | np.ndarray, start: int = 1) -> CopyInstance:
         """Lay out the copy/reverse of ``x`` (a digit string, int or digit array) with coupled IDs."""
-        dx = x.astype(np.uint8) if isinstance(x, np.ndarray) else digits_of(str(x), "input")
+        dx = operand_digits(x, "input")
         out = dx[::-1] if self.reverse else dx
         dollar, eq = (np.array([t], np.int64) for t in (self.BOS, self.EQUALS))
         tokens = np.concatenate([dollar, dx, eq, out, dollar]).astype(np.int64)

@@ -21,7 +21,7 @@ import re
 
 import numpy as np
 
-from .base import SequenceTask, TaskInstance, Vocabulary, digits_of, digits_to_str
+from .base import SequenceTask, TaskInstance, Vocabulary, digits_of, digits_to_str, operand_digits
 
 
 
@@ -51,7 +51,7 @@ class MultiplicationTask(SequenceTask):
         )
 
     def _operands(self, a, b) -> tuple[np.ndarray, np.ndarray]:
-        da, db = (x if isinstance(x, np.ndarray) else digits_of(str(x), name) for x, name in ((a, "a"), (b, "b")))
+        da, db = operand_digits(a, "a"), operand_digits(b, "b")
         if len(db) > self.m:
             raise ValueError(f"the second operand of {self.name} has at most {self.m} digit(s), got {len(db)}")
         db = np.concatenate([np.zeros(self.m - len(db), np.uint8), db])
