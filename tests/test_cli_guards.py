@@ -193,3 +193,29 @@ def test_plot_names_a_missing_checkpoint_before_an_existing_figure(tmp_path, cap
     assert_one_line_error(plot.main, ["attention", "--checkpoint", str(tmp_path / "missing"), "--construction",
                                       "construction", "--out", str(out)], "python -m lengthgen.plot",
                           "no such checkpoint", capsys)
+
+
+def test_help_lines_name_their_defaults(capsys):
+    with pytest.raises(SystemExit):
+        train.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for line in ("--lr LR peak learning rate (linear warm-up, then cosine decay) (default: 0.001)",
+                 "--steps STEPS optimizer steps (default: 4000)", "--d-mlp D_MLP MLP hidden width (default: 4 x d-model)"):
+        assert line in text
+
+
+def test_multiplication_advertises_the_smallest_width_that_holds_a_digit(capsys):
+    from constructions.multiplication import build_model, cli
+
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    assert "embedding dimension d >= 37" in " ".join(capsys.readouterr().out.split())
+    assert build_model(d_model=37)[1]["bound_digits"] >= 1  # 37 holds a digit; 36 does not
+    with pytest.raises(ValueError, match="d_model = 37 fits"):
+        build_model(d_model=36)
+
+
+def test_evaluate_out_on_a_folder_names_the_file_to_give(tmp_path, capsys):
+    assert_one_line_error(evaluate.main, ["--checkpoint", "construction", "--digits", "2", "--out", str(tmp_path)],
+                          "python -m lengthgen.evaluate", f"give the JSON file to write, e.g. {tmp_path / 'eval.json'}",
+                          capsys)

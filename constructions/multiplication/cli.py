@@ -21,6 +21,8 @@ from constructions.cli_support import (UNDECIDED_CHAR, add_common_options, add_t
                                        rss_peak_bytes)
 from lengthgen.cli import ArgumentParser, UsageError, run_cli
 
+from .layout import d_model_for
+
 PROG = "python -m constructions.multiplication"
 EPILOG = f"""examples:
   {PROG} --digits 100000
@@ -40,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_common_options(
         p, digits_help="multiply a random N-digit number by a random b in 10..99",
-        b_help="second operand, 0..99: decimal digits, or @PATH to a file of digits", d_min=33,
+        b_help="second operand, 0..99: decimal digits, or @PATH to a file of digits", d_min=d_model_for(1),
         dtype_help="default float32", dtype_choices=["float32", "float64"], answer="product",
     )
     add_threads_option(p)

@@ -156,6 +156,9 @@ def load_checkpoint(path: str, task: Any) -> tuple[Any, str, str | None]:
     from lengthgen.weights import WeightFileError, load_model
 
     try:
+        if not Path(path).exists():
+            raise BadInput(f"--model {path}: no such file or directory (give a weight file, a checkpoint directory, "
+                           "'random' or 'construction')")
         wp = weights_path(path) if Path(path).is_dir() else Path(path)  # a file: load_model names what is wrong
         model = load_model(wp)
     except (RunError, WeightFileError) as exc:

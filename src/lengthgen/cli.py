@@ -63,6 +63,19 @@ def torch_device(text: str) -> str:
     return text
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions as written; every option's help line ends with its default, unless the help
+    text already names one or there is none to name (a flag, or no default)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help
+        default = action.default
+        if text is None or "default" in text or default in (None, False, argparse.SUPPRESS) \
+                or not action.option_strings:
+            return text
+        return f"{text} (default: %(default)s)"
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse that raises :class:`UsageError` (one line) instead of printing usage and exiting.
 
@@ -70,7 +83,7 @@ class ArgumentParser(argparse.ArgumentParser):
     :func:`real`: ASCII digits only, finite values only."""
 
     def __init__(self, *args, **kwargs) -> None:
-        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
         self.register("type", int, integer)  # the registry is shared with argument groups
         self.register("type", float, real)

@@ -170,8 +170,8 @@ def parser() -> OneLineParser:
     p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
     p.add_argument("--device", type=torch_device, default="cuda" if torch.cuda.is_available() else "cpu",
                    help="cpu or cuda (default: cuda where available)")
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (none is drawn when stderr is not a terminal)")
     return p
 
 
@@ -185,6 +185,8 @@ def _main(argv: list[str] | None) -> int:
         lo, hi = parse_digit_range(args.digits)
         if min(args.samples, args.batch_size, args.threads, args.max_memory) < 1:
             raise DataError("--samples, --batch-size, --max-memory and --threads must be at least 1")
+        if args.out and Path(args.out).is_dir():
+            raise RunError(f"--out {args.out} is a folder; give the JSON file to write, e.g. {Path(args.out) / 'eval.json'}")
         if args.out and Path(args.out).exists() and not args.force:
             raise RunError(f"{args.out} already exists; use --force to overwrite it")
         if args.device.startswith("cuda") and not torch.cuda.is_available():
@@ -193,7 +195,7 @@ def _main(argv: list[str] | None) -> int:
         model, desc = load_for_eval(args.checkpoint, hi, device=args.device)
         rows = evaluate(model, desc["positions"], list(range(lo, hi + 1)), args.samples, task=desc["task"],
                         seed=args.seed, batch_size=args.batch_size, max_memory=args.max_memory << 20,
-                        progress=not args.no_progress, what=str(args.checkpoint))
+                        progress=not args.no_progress and sys.stderr.isatty(), what=str(args.checkpoint))
         result = {**desc, "seed": args.seed, "results": rows}
         if args.out:
             write_json(Path(args.out), result)

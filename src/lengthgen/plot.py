@@ -287,25 +287,26 @@ def parser() -> OneLineParser:
     a.add_argument("--checkpoint", required=True, help="trained run/checkpoint (coupled positions for a like-for-like map)")
     a.add_argument("--digits", type=int, default=6, help="(first) operand length of the probe examples")
     a.add_argument("--samples", type=int, default=1000, help="probe examples averaged (1: one example)")
-    a.add_argument("--out", default="figures/attention_addition.png")
+    a.add_argument("--out", default="figures/attention_addition.png", help="figure path; a .png and a .pdf are written")
     ln = sub.add_parser("length", help="exact match vs operand length")
     ln.add_argument("--checkpoint", action="append", default=[], help="LABEL=PATH (repeatable)")
     ln.add_argument("--construction", help="also evaluate this construction (checkpoint path or registered name, "
                     "e.g. construction)")
-    ln.add_argument("--digits", default="1-15")
-    ln.add_argument("--samples", type=int, default=1000)
-    ln.add_argument("--out", default="figures/length_generalization.png")
+    ln.add_argument("--digits", default="1-15", help="operand lengths to evaluate, e.g. 1-15")
+    ln.add_argument("--samples", type=int, default=1000, help="test examples per length")
+    ln.add_argument("--out", default="figures/length_generalization.png", help="figure path; a .png and a .pdf are written")
     ln.add_argument("--results", help="also write the measured numbers to this JSON file")
     al = sub.add_parser("all", help="every figure and figures/results.json from the committed checkpoints/")
-    al.add_argument("--out-dir", default=str(ROOT / "figures"))
-    al.add_argument("--samples", type=int, default=1000)
+    al.add_argument("--out-dir", default=str(ROOT / "figures"),
+                    help="folder for the figures and results.json (default: figures/ of this checkout)")
+    al.add_argument("--samples", type=int, default=1000, help="test examples per length and probe examples per map")
     al.add_argument("--construction", default=CONSTRUCTION,
                     help="Theorem 5.1's model: a checkpoint directory (figures/regenerate.sh exports one) or registered name")
     for q in (a, ln, al):
-        q.add_argument("--seed", type=non_negative_integer, default=DEFAULT_SEED)
+        q.add_argument("--seed", type=non_negative_integer, default=DEFAULT_SEED, help="seed of the test and probe examples")
         q.add_argument("--force", action="store_true", help="overwrite existing outputs")
-        q.add_argument("--threads", type=int, default=2)
-        q.add_argument("--no-progress", action="store_true")
+        q.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+        q.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
 
