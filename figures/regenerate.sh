@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Regenerate every figure in figures/ (and figures/results.json) from the committed checkpoints/.
 # No training: the small models in checkpoints/ are evaluated and probed afresh (CPU, a few minutes).
+# One torch thread, so the sums (and the losses in results.json) are the same on every run of one machine.
 #  1. Theorem 5.1's model is exported as an ordinary checkpoint (python -m constructions.addition export);
 #  2. lengthgen.plot draws the attention and length-generalization figures from checkpoints only;
 #  3. figures/precision.png is redrawn by the certificate's own command from figures/precision.json;
@@ -12,7 +13,7 @@ PY="${PYTHON:-python}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 "$PY" -m constructions.addition export "$work/construction" --digits 15
-"$PY" -m lengthgen.plot all --construction "$work/construction" --force "$@"
+"$PY" -m lengthgen.plot all --construction "$work/construction" --force --threads 1 "$@"
 "$PY" -m constructions.addition.certify precision --figure figures/precision.png
 #  4. the heads of the compiled Turing-Program simulator (RASP -> weights) on a short addition trace;
 "$PY" -m rasp.weights.plot --input 905+97 --out figures/turing_attention.png
@@ -29,4 +30,4 @@ fi
 "$PY" -m constructions.multiplication export "$work/multiplication" --digits 15
 "$PY" -m lengthgen.plot attention --construction "$work/multiplication" \
     --checkpoint checkpoints/multiplication_nx2_coupled_2l4h --digits 5 --samples 1 \
-    --out figures/attention_multiplication_trained.png --force --no-progress
+    --out figures/attention_multiplication_trained.png --force --no-progress --threads 1
