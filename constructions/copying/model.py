@@ -37,7 +37,8 @@ import torch
 from lengthgen.positions import hypercube_codes
 from constructions.sizing import CapacityError, check_device, resolve_dtype, resolve_width
 from lengthgen.basis import MatrixBuilder, NamedBasis
-from lengthgen.decode import greedy_generate, teacher_forced_argmax
+from lengthgen.decode import UNDECIDED, UndecidedPrediction, greedy_generate, teacher_forced_argmax
+from lengthgen.runs import checkpoint_notes, model_notes
 from lengthgen.model import Annotations, Transformer, TransformerConfig
 from lengthgen.tasks import COPY, REVERSE
 from lengthgen.tasks.copying import CopyTask
@@ -153,6 +154,8 @@ def build_model(
         residual=residual_basis(d_model).labels, head_dims=[head_basis(P).labels],
         head_names=[f"read the digit at ID {'+1' if id_step(task) > 0 else '-1'}"], vocab=list(task.vocab),
         title=f"{task.name} transformer with coupled positions: d={d_model}, P={P}, M={M:.4g}",
+        notes=checkpoint_notes(task=task.name, positions="coupled", name=f"{task.name} construction",
+                               kind="construction"),
     )
     model = Transformer(cfg, annotations)
     with torch.no_grad():
@@ -181,13 +184,24 @@ def check_length(model: Transformer, n: int) -> None:
 
 
 def transform(model: Transformer, task: str | CopyTask, x: str) -> str:
-    """The copy (or reverse) of the digit string ``x`` computed by greedy decoding."""
+    """The copy (or reverse) of the digit string ``x`` computed by greedy decoding (the digits, without
+    the end marker ``$`` the model writes last). Raises ``ValueError`` for a model built for the other
+    task and :class:`~lengthgen.decode.UndecidedPrediction` at a step without margin."""
     task = _task(task)
+    built_for = model_notes(model).get("task") if isinstance(model, Transformer) else None
+    if built_for is not None and built_for != task.name:
+        raise ValueError(f"this model was built for {built_for!r}, not {task.name!r}; "
+                         f"build_model({task.name!r}) makes one that does it")
     inst = task.instance(x, start=START_ID)
     check_length(model, inst.n)
     out = greedy_generate(model, inst.tokens[: inst.prompt_len], inst.pos_ids[: inst.prompt_len],
                           new_pos_ids=inst.pos_ids[inst.prompt_len:], stop_token=task.EOS)
-    return task.decode(out)
+    if UNDECIDED in out:
+        raise UndecidedPrediction(f"{task.name} of {x}: output token {out.index(UNDECIDED)} is undecided: its two "
+                                  "largest logits are within the decision margin of lengthgen.decode")
+    if not out or out[-1] != task.EOS:
+        raise ArithmeticError(f"the model did not end its output with the end marker: {task.decode(out)!r}")
+    return task.decode(out[:-1])
 
 
 def answer_predictions(model: Transformer, task: str | CopyTask, x: str | np.ndarray, mode: str,
