@@ -85,8 +85,8 @@ def tv_parts(hb: HeadBounds, cls: np.ndarray, n_cls: int, pert: float) -> dict[s
     shift = float(I.up(2 * pert))
     leak = np.minimum(1.0, I.exp(Iv(log_leak, log_leak)).hi)
     leak_f = np.minimum(1.0, I.exp(Iv.exact(I.up(log_leak + shift))).hi)
-    spread = np.minimum(1.0, I.up(I.expm1(Iv(eta, eta)).hi / 4))
-    spread_f = np.minimum(1.0, I.up(I.expm1(Iv.exact(I.up(eta + shift))).hi / 4))
+    spread = np.minimum(1.0, (I.expm1(Iv(eta, eta)) / 4.0).hi)  # Iv division steps outward, subnormals too
+    spread_f = np.minimum(1.0, (I.expm1(Iv.exact(I.up(eta + shift))) / 4.0).hi)
     return {"leak": leak, "spread": spread, "float": I.up_add(I.up(leak_f - leak), I.up(spread_f - spread)),
             "lam_f": leak_f}
 
