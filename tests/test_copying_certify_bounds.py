@@ -119,7 +119,8 @@ def test_the_spread_bound_is_tight_for_a_tilted_sink() -> None:
                 for t in range(N + 1, len(tok) - 1)]
     eta, tv = max(m[1] for m in measured), max(m[2] for m in measured)
     assert eta <= head["eta"] * REL and tv <= head["tv"] * REL
-    assert all(parts["float"] == 0 for parts in cert.deltas.values())  # real arithmetic: no float part to hide in
+    # real arithmetic: the float part is only the outward rounding of the leak, no place for a spread share
+    assert all(parts["float"] <= 1e-9 * (parts["leak"] + parts["spread"]) for parts in cert.deltas.values())
     assert eta > 0.9 * head["eta"] and tv > 0.75 * head["tv"]
 
 
