@@ -107,6 +107,8 @@ def test_float_terms_contain_the_float32_movement(where: str) -> None:
     W_in, b_in, W_out, b_out = (p["blocks.0.mlp." + k] for k in ("W_in", "b_in", "W_out", "b_out"))
     W_U, b_U = p["unembed.W_U"], p["unembed.b_U"]
     wo_wu = W_out @ W_U
+    tail = cert.float_terms.tail(max(head["leak"] for head in cert.heads))  # (F2) for the largest λ tail
+    assert np.all(float_part >= cert.float_terms.resid_error + tail)  # Δfloat holds the value path and the tail
     moved = {"resid": 0.0, "pre": 0.0, "gap": 0.0}
     for a, b in PAIRS:
         f, _, _, q, want, tok, pos = _measured(model, a, b)
