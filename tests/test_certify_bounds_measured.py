@@ -167,3 +167,26 @@ def test_a_tilted_model_keeps_every_printed_bound_and_margin() -> None:
     assert cert.heads[0]["tv"] * 0.6 < tv <= cert.heads[0]["tv"] * REL
     assert min(check.stab_margin for *_, check in cert.classes) <= stab * REL
     assert min(check.logit_margin for *_, check in cert.classes) <= gap * REL
+
+
+def test_a_narrow_readout_margin_carries_every_float_term() -> None:
+    """'$' raised to within 0.02 of the right digit's logit (gap measured in float64): the logit
+    checks bind, and their slack must be the gap over all printed parts — the readout float term
+    and the pre-activation terms it carries included — and the gap no larger than measured."""
+    model, _ = build_model(n_digits=N, d_model=D, dtype="float32")
+    gap = np.inf
+    for a, b in PAIRS:
+        _, _, hm, q, want, _, _ = _measured(model, a, b)
+        digit = want != ADDITION.EOS
+        gap = min(gap, float((hm["logits"][q][digit, want[digit]] - hm["logits"][q][digit, ADDITION.EOS]).min()))
+    with torch.no_grad():
+        model.unembed.b_U[ADDITION.EOS] += gap - 0.02
+    cert = certify(model, N, "float32")
+    assert cert.passed, cert.message
+    binding = [check for *_, check in cert.classes if "logit gap to '$'" in check.where]
+    assert binding and min(c.slack for c in binding) == cert.slack
+    for check in binding:
+        margin = float(re.search(r"\(gap ([-0-9.e+]+)\)", check.where).group(1))  # the binding gap, 4 digits
+        assert margin <= 0.02 * 1.001 and check.logit_margin <= 0.02 * 1.001
+        assert check.parts["float"] > cert.float_terms.logit_error  # + the pre-activation terms
+        assert check.slack <= margin / sum(check.parts.values()) * (1 + 1e-3), (check.where, check.parts)
