@@ -85,8 +85,8 @@ def tv_parts(hb: HeadBounds, cls: np.ndarray, n_cls: int, pert: float) -> dict[s
     shift = float(I.up(2 * pert))
     leak = np.minimum(1.0, I.exp(Iv(log_leak, log_leak)).hi)
     leak_f = np.minimum(1.0, I.exp(Iv.exact(I.up(log_leak + shift))).hi)
-    spread = np.minimum(1.0, I.up(I.expm1(Iv(eta, eta)).hi / 4))
-    spread_f = np.minimum(1.0, I.up(I.expm1(Iv.exact(I.up(eta + shift))).hi / 4))
+    spread = np.minimum(1.0, (I.expm1(Iv(eta, eta)) / 4.0).hi)  # Iv division steps outward, subnormals too
+    spread_f = np.minimum(1.0, (I.expm1(Iv.exact(I.up(eta + shift))) / 4.0).hi)
     return {"leak": leak, "spread": spread, "float": I.up_add(I.up(leak_f - leak), I.up(spread_f - spread)),
             "lam_f": leak_f}
 
@@ -115,7 +115,11 @@ def certify(model: Transformer, n: int, dtype: str | None = None, start: int = S
     calls on models that differ only in W_Q/W_K (the smallest-M search), and between lengths: a
     table is keyed by everything it is computed from (the weights it reads, the token arrays of
     its local configurations, the positional effect and the perturbed coordinates)."""
-    W = Weights.from_model(model)
+    try:
+        W = Weights.from_model(model)
+    except StructureError as err:
+        d = model.cfg.d_model
+        return Certificate(n, d, position_dims(d), dtype or model.cfg.dtype, False, "structure", str(err))
     dtype = dtype or W.dtype
     if start + n >= model.cfg.n_ctx:
         raise ValueError(f"{n}-digit operands need position IDs up to {start + n}; the model's table stops at "
@@ -172,8 +176,8 @@ def certify(model: Transformer, n: int, dtype: str | None = None, start: int = S
         members = tuple(((ROLE_BOS, -1, 0),) + tuple((int(L.role[p]), int(L.sig[p]), int(L.ids[p]))
                                                     for p in hb.members[i] if p >= 0) for hb in heads)
         spec = ClassSpec(n, int(k[i]), int(L.ids[L.queries[i]]), members)
-        key = (digest, local_inputs_digest(spec), effect[i].tobytes(), coords.tobytes())
-        try:
+        try:  # both read the class's local configurations, which raise LocalityError when not local
+            key = (digest, local_inputs_digest(spec), effect[i].tobytes(), coords.tobytes())
             if key not in cache:
                 cache[key] = ffn_tables(W, spec, pos_in[i], pos_logit[i], coords)
         except LocalityError as err:

@@ -5,8 +5,9 @@ float64 arrays ``lo ≤ x ≤ hi`` that encloses the exact real value the weight
 (docs/certificate.md, "Interval arithmetic"). Soundness rests on IEEE-754 float64 with round to
 nearest, nothing else:
 
-* ``+ − ×`` and division by a positive number: the float result lies within half an ulp of the
-  exact one, so stepping one ulp outward (``np.nextafter``) encloses it;
+* ``+ − ×`` and division by a positive number: the float result lies within half a spacing of the
+  exact one (subnormal spacings included), so stepping one float outward (``np.nextafter``)
+  encloses it;
 * products of matrices and sums of ``n`` terms, in *any* summation order (BLAS blocking, SIMD, FMA):
   ``|fl(Σ) − Σ| ≤ γ_n·Σ|terms| + n·2^-1074`` (Higham, *Accuracy and Stability of Numerical
   Algorithms*, 2nd ed., section 3.1; the last term covers underflow), so a radius of
@@ -21,13 +22,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+import mpmath
 import numpy as np
 from mpmath import iv
 
 U64 = 2.0**-53
 TINY = 2.0**-1074
 MP_BITS = 113
-STEP = 2.0**-52  # |x|·STEP is at least one float spacing next to a normal x
 
 
 def gamma(n: int | np.ndarray) -> float | np.ndarray:
@@ -37,20 +38,21 @@ def gamma(n: int | np.ndarray) -> float | np.ndarray:
 
 
 def down(x: np.ndarray | float) -> np.ndarray:
-    """A float ≤ the next float below ``x``: encloses the exact value of a sum or difference that
-    rounded to ``x``. ``x − |x|·2^-52`` is at least one spacing below ``x`` and rounds to a float at
-    or below the next one. Zero and subnormal results stay (a float sum that rounds to a subnormal
-    or to 0 is exact: Hauser, ACM TOPLAS 18(2), 1996); ±inf stays."""
+    """The next float below ``x`` (``np.nextafter``): encloses the exact value of one operation
+    that rounded to nearest gave ``x`` — also where ``x`` is subnormal (a product or quotient that
+    lands there is not exact) and where ``x`` is +inf (an overflowed result; the bound is then the
+    largest finite float). Only 0 stays: callers keep 0 for exact zeros (a sum that rounds to 0 is
+    exact: Hauser, ACM TOPLAS 18(2), 1996) and step a product that underflowed themselves."""
     x = np.asarray(x, dtype=np.float64)
-    with np.errstate(invalid="ignore"):
-        return np.fmin(x - np.abs(x) * STEP, x)  # −inf − inf = nan: fmin keeps x
+    with np.errstate(over="ignore"):
+        return np.where(x == 0, 0.0, np.nextafter(x, -np.inf))
 
 
 def up(x: np.ndarray | float) -> np.ndarray:
-    """A float ≥ the next float above ``x`` (see :func:`down`)."""
+    """The next float above ``x`` (see :func:`down`)."""
     x = np.asarray(x, dtype=np.float64)
-    with np.errstate(invalid="ignore"):
-        return np.fmax(x + np.abs(x) * STEP, x)
+    with np.errstate(over="ignore"):
+        return np.where(x == 0, 0.0, np.nextafter(x, np.inf))
 
 
 def _nonzero_count(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -221,6 +223,18 @@ def affine(x, W: np.ndarray, b: np.ndarray | None = None) -> Iv:
     return out if b is None else out + b
 
 
+def _to_float(v: mpmath.mpf, direction: int) -> float:
+    """The float64 next to the mpmath number ``v`` on the side ``direction`` (−1: largest float
+    ≤ v, +1: smallest float ≥ v), subnormals and underflow to 0 included. ``float()`` rounds to
+    nearest; the comparison of a float with an mpf is exact, so one step corrects it."""
+    f = float(v)
+    if direction < 0 and mpmath.mpf(f) > v:
+        f = float(np.nextafter(f, -np.inf))
+    elif direction > 0 and mpmath.mpf(f) < v:
+        f = float(np.nextafter(f, np.inf))
+    return f
+
+
 def _mp_map(values: np.ndarray, fn: Callable) -> tuple[np.ndarray, np.ndarray]:
     """Outward float64 enclosures of ``fn`` at each distinct value (mpmath interval evaluation)."""
     uniq, inv = np.unique(values, return_inverse=True)
@@ -230,7 +244,8 @@ def _mp_map(values: np.ndarray, fn: Callable) -> tuple[np.ndarray, np.ndarray]:
     try:
         for i, v in enumerate(uniq.tolist()):
             r = fn(iv.mpf(v))
-            lo[i], hi[i] = down(float(r.a)), up(float(r.b))
+            a, b = r._mpi_  # raw end points, exact (no rounding to mpmath's working precision)
+            lo[i], hi[i] = _to_float(mpmath.mp.make_mpf(a), -1), _to_float(mpmath.mp.make_mpf(b), +1)
     finally:
         iv.prec = old
     return lo[inv].reshape(values.shape), hi[inv].reshape(values.shape)
