@@ -24,7 +24,8 @@ Rounding model (stated, not measured)
      attention kernel (dense softmax, torch's CPU flash kernel, or the chunked online softmax of
      :mod:`lengthgen.attention`) rescales or merges partial sums at most 4 times for the keys
      that carry the mass (each ``≤ 3u``). Its running-max subtraction and log-sum-exp merges act
-     like an extra score perturbation of at most ``4u·(S_max + ln N_keys)``. (F3) is an
+     like an extra score perturbation of at most ``4u·(S_max + ln N_keys)`` (:func:`score_bounds` adds
+     twice that, ``2·RESCALES·u·(S_max + ln N_keys)``). (F3) is an
      assumption about torch's kernels — reconstructed from their algorithms, not proven from
      their source; ``tests/test_certify_margins.py`` checks it against measured float32
      activations.
