@@ -5,7 +5,9 @@ n_max(d) on the operand length that P allows, and the smallest d whose bound rea
 argument checks are the same for all of them, so they are written once here."""
 from __future__ import annotations
 
+import math
 import numbers
+import sys
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any, Callable
 
@@ -82,17 +84,58 @@ def check_device(device: str | torch.device) -> None:
         raise ValueError(f"device {device!r}: CUDA is not available on this machine; use device='cpu'")
 
 
+def long_str(value: int) -> str:
+    """``str(value)`` for an integer of any length (Python refuses more than 4300 digits by default)."""
+    limit = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(0)
+    try:
+        return str(value)
+    finally:
+        sys.set_int_max_str_digits(limit)
+
+
 def scientific(value: int, digits: int = 3) -> str:
     """``2.26 × 10^74`` (``digits`` significant digits, round half to even)."""
-    text = str(value)
+    text = long_str(value)
     if len(text) <= digits:
         return text
     exp = len(text) - 1
-    mant = (Decimal(text[: digits + 2]) / Decimal(10) ** (digits + 1)).quantize(
-        Decimal(1).scaleb(-(digits - 1)), rounding=ROUND_HALF_EVEN)
+    mant = Decimal(text).scaleb(-exp).quantize(Decimal(1).scaleb(-(digits - 1)), rounding=ROUND_HALF_EVEN)
     if mant >= 10:
         mant, exp = mant / 10, exp + 1
     return f"{mant} × 10^{exp}"
+
+
+#: above this many position dimensions a bound is printed from logarithms: 2^P itself would have
+#: more than 30 000 digits (and at d = 10^12 would not fit in memory)
+EXACT_P = 100_000
+
+
+def count_texts(base: int, P: int, offset: int, slope: int = 1) -> tuple[str, str]:
+    """``(exact, approximate)`` text of n_max = ⌊(base^P − offset)/slope⌋, instantly for any P: the exact
+    decimal value up to :data:`EXACT_P`, above it its number of digits; the approximation from
+    base-10 logarithms (mpmath, 30 significant digits, so the first 3 digits are right)."""
+    if P <= EXACT_P:
+        value = (base**P - offset) // slope
+        return long_str(value), scientific(value)
+    import mpmath
+
+    with mpmath.workdps(30 + len(str(P))):
+        x = P * mpmath.log10(base) - mpmath.log10(slope)  # the offset moves it by less than 10^-30000
+        exp = int(mpmath.floor(x))
+        mant = mpmath.power(10, x - exp)
+    m = round(float(mant), 2)
+    if m >= 10:
+        m, exp = m / 10, exp + 1
+    text = f"{m:.2f} × 10^{exp}"
+    return f"(a number of {exp + 1} digits; 2^P is not expanded above P = {EXACT_P})", text
+
+
+def power_text(base: int, P: int) -> str:
+    """``base^P`` as text: exact up to 10^6, else approximate (:func:`count_texts`)."""
+    if P * math.log10(base) <= 6:
+        return str(base**P)
+    return count_texts(base, P, 0)[1]
 
 
 def bound_table(derive: Callable[[int], Any], d_min: int, d_max: int, formula: str) -> list[str]:
@@ -101,6 +144,7 @@ def bound_table(derive: Callable[[int], Any], d_min: int, d_max: int, formula: s
     lines = [f"{'d':>5} {'P':>4}  n_max(d) = {formula}"]
     for d in range(d_min, d_max + 1):
         b = derive(d)
-        v = b.n_max
-        lines.append(f"{d:>5} {b.P:>4}  {v if v < 10**15 else '≈ ' + scientific(v)}" + ("  (none fits)" if v < 1 else ""))
+        exact, approx = b.n_max_texts()
+        small = len(exact) < 16 and exact.lstrip("-").isdigit()
+        lines.append(f"{d:>5} {b.P:>4}  {exact if small else '≈ ' + approx}" + ("  (none fits)" if small and int(exact) < 1 else ""))
     return lines

@@ -6,7 +6,8 @@ import itertools
 import pytest
 
 from constructions.addition import START_ID, CapacityError, hypercube_code
-from constructions.addition.certify.bound import bound_lines, derive_bound, n_max, scientific, table_lines
+from constructions.addition.certify.bound import bound_lines, derive_bound, n_max, table_lines
+from constructions.sizing import scientific
 from constructions.addition.certify.cli import main
 from constructions.addition.certify.exact import ExactModel, check_pairs
 from lengthgen.positions import coupled_addition_ids

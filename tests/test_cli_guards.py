@@ -219,3 +219,34 @@ def test_evaluate_out_on_a_folder_names_the_file_to_give(tmp_path, capsys):
     assert_one_line_error(evaluate.main, ["--checkpoint", "construction", "--digits", "2", "--out", str(tmp_path)],
                           "python -m lengthgen.evaluate", f"give the JSON file to write, e.g. {tmp_path / 'eval.json'}",
                           capsys)
+
+
+@pytest.mark.parametrize("module", ["constructions.addition.certify", "constructions.multiplication.certify",
+                                    "constructions.copying.certify"])
+def test_a_bound_for_any_width_is_arithmetic(module, capsys):
+    """d = 10^12 has P ≈ 5·10^11 position dimensions: 2^P is never expanded, the answer comes at once."""
+    import importlib
+    import time
+
+    import mpmath
+
+    cli = importlib.import_module(f"{module}.cli")
+    t0 = time.perf_counter()
+    assert cli.main(["bound", "--d-model", "1000000000000"]) == 0
+    assert time.perf_counter() - t0 < 5  # generous: the work is a few logarithms
+    out = capsys.readouterr().out
+    line = next(t for t in out.splitlines() if t.startswith("n_max("))
+    P = int(line.split("2^")[1].split(" ")[0])  # n_max(d) = 2^P − c
+    expected = mpmath.nstr(mpmath.log10(mpmath.mpf(2)) * P, 25)  # log10 of 2^P, independently
+    exp = int(float(mpmath.floor(mpmath.mpf(expected))))
+    mant = float(mpmath.power(10, mpmath.mpf(expected) - exp))
+    assert f"≈ {mant:.2f} × 10^{exp}" in out, out
+    assert f"(a number of {exp + 1} digits" in out
+
+
+def test_scientific_rounds_the_whole_number():
+    from constructions.sizing import scientific
+
+    assert scientific(2046) == "2.05 × 10^3"
+    assert scientific(12250001) == "1.23 × 10^7"  # half-even on the truncated digits would give 1.22
+    assert scientific(999) == "999"

@@ -13,24 +13,47 @@ import torch
 
 
 class NamedBasis:
-    """An ordered list of uniquely labelled dimensions, built from ``(name, size)`` blocks."""
+    """An ordered list of uniquely labelled dimensions, built from ``(name, size)`` blocks.
+
+    Labels are made only when asked for (:attr:`labels`, :meth:`index`): a basis of 10^8
+    dimensions answers :meth:`block` and ``len`` at once, which the length-bound derivations use."""
 
     def __init__(self, blocks: Sequence[tuple[str, int | None]]):
-        self.labels: list[str] = []
-        self._blocks: dict[str, list[int]] = {}
+        self._blocks: dict[str, range] = {}
+        self._scalar: set[str] = set()
+        start = 0
         for name, size in blocks:
-            start = len(self.labels)
-            new = [name] if size is None else [f"{name}[{i}]" for i in range(size)]
-            self.labels.extend(new)
-            self._blocks[name] = list(range(start, start + len(new)))
-        if len(set(self.labels)) != len(self.labels):
-            raise ValueError("basis labels must be unique")
-        self._index = {label: i for i, label in enumerate(self.labels)}
+            if name in self._blocks:
+                raise ValueError("basis labels must be unique")
+            n = 1 if size is None else int(size)
+            if n < 0:
+                raise ValueError(f"block {name!r} has negative size {n}")
+            self._blocks[name] = range(start, start + n)
+            if size is None:
+                self._scalar.add(name)
+            start += n
+        self._size = start
+        self._labels: list[str] | None = None
+        self._index: dict[str, int] | None = None
+
+    @property
+    def labels(self) -> list[str]:
+        """One label per dimension: ``NAME`` for a scalar, ``NAME[i]`` inside a block."""
+        if self._labels is None:
+            labels: list[str] = []
+            for name, rng in self._blocks.items():
+                labels.extend([name] if name in self._scalar else [f"{name}[{i}]" for i in range(len(rng))])
+            if len(set(labels)) != len(labels):
+                raise ValueError("basis labels must be unique")
+            self._labels = labels
+        return self._labels
 
     def __len__(self) -> int:
-        return len(self.labels)
+        return self._size
 
     def index(self, label: str) -> int:
+        if self._index is None:
+            self._index = {lab: i for i, lab in enumerate(self.labels)}
         try:
             return self._index[label]
         except KeyError:
@@ -38,7 +61,11 @@ class NamedBasis:
 
     def block(self, name: str) -> list[int]:
         """Indices of a block (a scalar dimension is a block of one)."""
-        return self._blocks[name]
+        return list(self._blocks[name])
+
+    def block_size(self, name: str) -> int:
+        """``len(block(name))`` without listing the indices."""
+        return len(self._blocks[name])
 
     def block_labels(self, name: str) -> list[str]:
         return [self.labels[i] for i in self._blocks[name]]

@@ -15,21 +15,20 @@ construction uses one bound for both tasks, the smaller one.
 """
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
-from constructions.sizing import bound_table, scientific
+from constructions.sizing import EXACT_P, bound_table, count_texts, power_text
 from lengthgen.tasks import COPY, REVERSE
 from lengthgen.tasks.copying import CopyTask
 
 from ..model import N_TOKEN_DIMS, START_ID, id_step, position_table, residual_basis
 
-sys.set_int_max_str_digits(0)
 POSITION_BLOCKS = ("POS", "POS_NEXT")
 MAX_PROBED_CODES = 2**8
+PROBED_COORDINATES = 8
 
 
 def ids_needed(task: CopyTask, n: int) -> set[int]:
@@ -50,8 +49,21 @@ class BoundDerivation:
     P: int
     unused: int
     alphabet: tuple[float, ...]
-    n_codes: int
     ids_affine: dict[str, tuple[int, int]]  # task -> (slope, offset): the task needs slope·n + offset codes
+
+    @property
+    def n_codes(self) -> int:
+        """|alphabet|^P distinct codes (an exact integer: use :meth:`n_max_texts` for a huge P)."""
+        return len(self.alphabet) ** self.P
+
+    def binding_task(self) -> str:
+        """The task whose need gives the bound: the largest slope, then the largest offset."""
+        return max(self.ids_affine, key=lambda t: self.ids_affine[t])
+
+    def n_max_texts(self) -> tuple[str, str]:
+        """n_max as (exact, approximate) text, instantly for any P."""
+        slope, offset = self.ids_affine[self.binding_task()]
+        return count_texts(len(self.alphabet), self.P, offset, slope)
 
     def n_max_for(self, task: str) -> int:
         slope, offset = self.ids_affine[task]
@@ -81,12 +93,12 @@ def code_alphabet(P: int) -> tuple[float, ...]:
 def derive_bound(d_model: int) -> BoundDerivation:
     """n_max(d) from the layout; raises CapacityError for d < 27 (from residual_basis)."""
     basis = residual_basis(d_model)
-    P = len(basis.block("POS"))
-    if len(basis.block("POS_NEXT")) != P:
+    P = basis.block_size("POS")
+    if basis.block_size("POS_NEXT") != P:
         raise AssertionError("POS and POS_NEXT differ in size")
-    token_blocks = tuple((b, len(basis.block(b))) for b in basis.block_names if b not in POSITION_BLOCKS + ("UNUSED",))
-    unused = len(basis.block("UNUSED")) if "UNUSED" in basis.block_names else 0
-    alphabet = code_alphabet(P)
+    token_blocks = tuple((b, basis.block_size(b)) for b in basis.block_names if b not in POSITION_BLOCKS + ("UNUSED",))
+    unused = basis.block_size("UNUSED") if "UNUSED" in basis.block_names else 0
+    alphabet = code_alphabet(min(P, PROBED_COORDINATES))  # every coordinate follows one rule
     affine = {}
     for task in (COPY, REVERSE):
         used = [len(ids_needed(task, n)) for n in (1, 2, 3)]
@@ -95,7 +107,7 @@ def derive_bound(d_model: int) -> BoundDerivation:
             raise AssertionError(f"the number of IDs {task.name} needs is not affine in n: {used}")
         affine[task.name] = (slope, offset)
     token_dims = sum(size for _, size in token_blocks)
-    return BoundDerivation(d_model, token_dims, token_blocks, P, unused, alphabet, len(alphabet) ** P, affine)
+    return BoundDerivation(d_model, token_dims, token_blocks, P, unused, alphabet, affine)
 
 
 def n_max(d_model: int) -> int:
@@ -107,17 +119,20 @@ def bound_lines(d_model: int) -> list[str]:
     blocks = ", ".join(f"{name}×{size}" if size > 1 else name for name, size in b.token_blocks)
     spare = f" + {b.unused} unused" if b.unused else ""
     needs = "; ".join(f"{task} needs {'' if s == 1 else f'{s}·'}n + {o}" for task, (s, o) in b.ids_affine.items())
+    exact, approx = b.n_max_texts()
+    slope, offset = b.ids_affine[b.binding_task()]
+    exact_p = b.P <= EXACT_P
     return [
         f"d_model = {d_model}: {b.token_dims} token dimensions ({blocks}) + 2·P position dimensions (POS, POS_NEXT){spare}",
         f"  P = ⌊({d_model} − {b.token_dims})/2⌋ = {b.P}",
         f"  hypercube codes: coordinates take the values {{{', '.join(f'{v:+g}' for v in b.alphabet)}}} on non-zero IDs -> "
-        f"{len(b.alphabet)}^{b.P} = {scientific(b.n_codes) if b.n_codes > 10**6 else b.n_codes} distinct codes "
+        f"{len(b.alphabet)}^{b.P} = {power_text(len(b.alphabet), b.P)} distinct codes "
         "(ID 0 = '$' keeps the zero vector)",
         f"  non-zero IDs held by a token or targeted by a query (read from the coupled IDs): {needs}",
-        f"n_max({d_model}) = 2^{b.P} − {b.n_codes - b.n_max} = {b.n_max}"
+        f"n_max({d_model}) = 2^{b.P} − {offset}{'' if slope == 1 else f' (÷{slope})'} = {exact}"
         + ("   (reverse alone would fit one more; the construction uses one bound for both)"
-           if b.n_max_for("reverse") == b.n_max + 1 else ""),
-        f"             ≈ {scientific(b.n_max)}",
+           if exact_p and b.n_max_for("reverse") == b.n_max + 1 else ""),
+        f"             ≈ {approx}",
     ]
 
 

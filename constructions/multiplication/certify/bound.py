@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from constructions.sizing import bound_table, scientific
+from constructions.sizing import bound_table, count_texts, power_text
 from lengthgen.positions import hypercube_codes
 
 from ..layout import POSITION_BLOCKS, START_ID, residual_basis
@@ -26,16 +26,27 @@ class BoundDerivation:
     offsets: dict[str, int]
     unused: int
     alphabet: tuple[int, ...]
-    n_codes: int
     ids_slope: int
     ids_offset: int
     lowest: int
     highest_over_n: int
 
     @property
+    def n_codes(self) -> int:
+        """|alphabet|^P distinct codes (an exact integer: use :meth:`n_max_texts` for a huge P)."""
+        return len(self.alphabet) ** self.P
+
+    def n_max_texts(self) -> tuple[str, str]:
+        """n_max as (exact, approximate) text, instantly for any P."""
+        return count_texts(len(self.alphabet), self.P, self.ids_offset, self.ids_slope)
+
+    @property
     def n_max(self) -> int:
         """Largest n with ids_slope·n + ids_offset ≤ n_codes: every ID a query targets needs its own code."""
         return (self.n_codes - self.ids_offset) // self.ids_slope
+
+
+PROBED_COORDINATES = 8
 
 
 def queried_ids(n: int) -> set[int]:
@@ -51,16 +62,17 @@ def derive_bound(d_model: int) -> BoundDerivation:
     distinct on 2^P consecutive IDs; the queried IDs of an n-digit input are counted for n = 1, 2, 3
     and must be affine in n. Raises CapacityError for d < 33."""
     basis = residual_basis(d_model)
-    sizes = {name: len(basis.block(name)) for name in POSITION_BLOCKS}
+    sizes = {name: basis.block_size(name) for name in POSITION_BLOCKS}
     P = sizes["POS"]
     if set(sizes.values()) != {P}:
         raise AssertionError(f"position blocks differ in size: {sizes}")
     token_blocks = tuple(b for b in basis.block_names if b not in tuple(POSITION_BLOCKS) + ("UNUSED",))
-    token_dims = sum(len(basis.block(b)) for b in token_blocks)
-    unused = len(basis.block("UNUSED")) if "UNUSED" in basis.block_names else 0
-    probe = hypercube_codes(list(range(1, 2 ** min(P, 4) + 1)), P)
+    token_dims = sum(basis.block_size(b) for b in token_blocks)
+    unused = basis.block_size("UNUSED") if "UNUSED" in basis.block_names else 0
+    probed = min(P, PROBED_COORDINATES)  # every coordinate follows one rule: the first few show its values
+    probe = hypercube_codes(list(range(1, 2 ** min(P, 4) + 1)), probed)
     alphabet = tuple(sorted(set(probe.reshape(-1).tolist())))
-    if 0 in alphabet or hypercube_codes([0], P).any():
+    if 0 in alphabet or hypercube_codes([0], probed).any():
         raise AssertionError("non-zero IDs must get non-zero codes and ID 0 the zero vector")
     used = [len(queried_ids(n)) for n in (1, 2, 3)]
     slope, offset = used[1] - used[0], used[0] - (used[1] - used[0])
@@ -70,7 +82,7 @@ def derive_bound(d_model: int) -> BoundDerivation:
     if ids3 != set(range(min(ids3), max(ids3) + 1)):
         raise AssertionError("the queried IDs are not consecutive, so 2^P codes would not be enough to tell them apart")
     return BoundDerivation(d_model, token_dims, token_blocks, P, dict(POSITION_BLOCKS), unused, alphabet,
-                           len(alphabet) ** P, slope, offset, min(ids3), max(ids3) - 3)
+                           slope, offset, min(ids3), max(ids3) - 3)
 
 
 def n_max(d_model: int) -> int:
@@ -80,21 +92,22 @@ def n_max(d_model: int) -> int:
 def bound_lines(d_model: int) -> list[str]:
     b = derive_bound(d_model)
     basis = residual_basis(d_model)
-    blocks = ", ".join(f"{name}×{len(basis.block(name))}" if len(basis.block(name)) > 1 else name for name in b.token_blocks)
+    blocks = ", ".join(f"{name}×{basis.block_size(name)}" if basis.block_size(name) > 1 else name for name in b.token_blocks)
     spare = f" + {b.unused} unused" if b.unused else ""
     offsets = ", ".join(f"{name} v_(p{off:+d})" if off else f"{name} v_p" for name, off in b.offsets.items())
-    value = b.n_max
+    exact, approx = b.n_max_texts()
+    fits = not exact.lstrip("-").isdigit() or int(exact) >= 1
     return [
         f"d_model = {d_model}: {b.token_dims} token dimensions ({blocks}) + {len(b.offsets)}·P position dimensions{spare}",
         f"  P = ⌊({d_model} − {b.token_dims})/{len(b.offsets)}⌋ = {b.P} dimensions per position block ({offsets})",
         f"  hypercube codes: coordinates take the values {{{', '.join(f'{v:+d}' for v in b.alphabet)}}} on non-zero IDs -> "
-        f"{len(b.alphabet)}^{b.P} = {scientific(b.n_codes) if b.n_codes > 10**6 else b.n_codes} distinct codes on consecutive IDs "
+        f"{len(b.alphabet)}^{b.P} = {power_text(len(b.alphabet), b.P)} distinct codes on consecutive IDs "
         "(ID 0 = '$' keeps the zero vector)",
         f"  an n-digit input has queries targeting {'' if b.ids_slope == 1 else f'{b.ids_slope}·'}n + {b.ids_offset} distinct "
         f"non-zero IDs (s−1 = {b.lowest} … e+2 = n + {b.highest_over_n}: every token ID plus each block's offset, read from "
         "the format's coupled IDs); each needs its own non-zero code",
-        f"n_max({d_model}) = 2^{b.P} − {b.n_codes - value} = {value}",
-        f"             ≈ {scientific(value)}" if value >= 1 else "             (no operand length fits this width)",
+        f"n_max({d_model}) = 2^{b.P} − {b.ids_offset} = {exact}",
+        f"             ≈ {approx}" if fits else "             (no operand length fits this width)",
     ]
 
 
