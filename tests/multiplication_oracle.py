@@ -97,7 +97,8 @@ def torch_forward64(m64, tokens: np.ndarray, ids: np.ndarray) -> dict[str, np.nd
 @dataclass
 class Measured:
     """Worst case over the inputs: per working head (layer, head) the leak (mass outside the designed
-    set over mass inside), the spread (max − min score inside), the total variation to uniform on the
+    set over mass inside), the spread (max − min score inside), the score gap (min inside − max
+    of the other visible keys, smallest over queries), the total variation to uniform on the
     set; per residual label the deviation from the hard-max pass after layer 1 (every position),
     after layer-2 attention and after the layer-2 MLP (answer positions), and per layer-3 unit the
     deviation of its pre-activation; over the answer positions the smallest logit gap of the target over every other token."""
@@ -105,6 +106,7 @@ class Measured:
     leak: dict[tuple[int, int], float] = field(default_factory=dict)
     spread: dict[tuple[int, int], float] = field(default_factory=dict)
     tv: dict[tuple[int, int], float] = field(default_factory=dict)
+    gap: dict[tuple[int, int], float] = field(default_factory=dict)  # smallest: min score inside − max outside
     delta1: dict[str, float] = field(default_factory=dict)
     delta12: dict[str, float] = field(default_factory=dict)
     rho: dict[str, float] = field(default_factory=dict)
@@ -138,6 +140,10 @@ def measure(model, n: int, pairs: list[tuple[str, int]]) -> Measured:
                     _worst(m.leak, (layer, h), (1.0 - mass) / mass)
                     sc = real[p + "scores"][h, q, inside]
                     _worst(m.spread, (layer, h), sc.max() - sc.min())
+                    outside = sorted(set(range(q + 1)) - s)
+                    if outside:
+                        gap = sc.min() - real[p + "scores"][h, q, outside].max()
+                        m.gap[(layer, h)] = min(m.gap.get((layer, h), np.inf), float(gap))
                     uniform = np.zeros_like(row)
                     uniform[inside] = 1.0 / len(inside)
                     _worst(m.tv, (layer, h), 0.5 * np.abs(row - uniform).sum())

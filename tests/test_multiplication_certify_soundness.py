@@ -78,7 +78,8 @@ def test_the_oracle_is_the_models_forward_and_the_designs_hard_max_limit() -> No
 
 @pytest.mark.parametrize("M", [None, 9.0, NEAR_M_STAR, BELOW_M_STAR])
 def test_every_printed_bound_contains_the_measured_quantity(M: float | None) -> None:
-    """Per head: leak λ, spread η and TV to uniform on the designed set; per residual label: Δ₁ (every
+    """Per head: leak λ, spread η, TV to uniform on the designed set and the score gap to the keys
+    outside it (the layer-2 gap shrinks by what the layer-1 flag errors move a score); per residual label: Δ₁ (every
     position), Δ₁ + Δ₂ (answer positions), ρ (after the layer-2 MLP, every coordinate layer 3 and the
     readout read); per layer-3 unit: |W_in|ᵀρ. A label the certificate does not list has bound 0."""
     model = _model(M)
@@ -90,6 +91,7 @@ def test_every_printed_bound_contains_the_measured_quantity(M: float | None) -> 
         assert m.leak[key] > 0 and _within(m.leak[key], info["leak"]), (info["name"], m.leak[key], info["leak"])
         assert _within(m.spread[key], info["eta"]), (info["name"], m.spread[key], info["eta"])
         assert _within(m.tv[key], info["tv"]), (info["name"], m.tv[key], info["tv"])
+        assert m.gap[key] >= info["gap"] - 1e-9, (info["name"], m.gap[key], info["gap"])
     for measured, bounds in ((m.delta1, cert.delta1), (m.delta12, cert.deltas), (m.rho, cert.rho)):
         for label, value in measured.items():
             if label in cert.rho or measured is not m.rho:
@@ -205,3 +207,14 @@ def test_designed_sets_of_the_oracle_match_the_docs_on_the_worked_example() -> N
     assert designed_set(3, ids, tokens, 0, 0, 9) == {0, 4, 7}
     assert designed_set(3, ids, tokens, 0, 1, 6) == {0, 4}  # b_0 (ID 6): '*' holds ID 7, '=' comes later
     assert [designed_set(3, ids, tokens, 1, h, 9) for h in range(6)] == [{6}, {5}, {0, 1}, {0, 2}, {0, 3}, {0}]
+
+
+def test_fails_when_a_head_attends_to_the_query_itself() -> None:
+    """The a_i head with its SEEN_EQ penalty flipped scores an answer digit like a digit of a: at c_i
+    (ID p) it averages over {$, a_i, c_i}, the query's own key included, so A1 takes in c_i and the
+    model is wrong. A chain that left the query out of the keys would see {$, a_i} and pass it."""
+    model = _model(None)
+    _edit(model, lambda model, labels: model.blocks[1].attn.W_K[3][labels.index("SEEN_EQ")].mul_(-1))
+    assert wrong_pairs(float64_copy(model), PAIRS)
+    cert = certify(model, N, cache=CACHE)
+    assert not cert.passed and cert.reason == "hardmax", cert.message
