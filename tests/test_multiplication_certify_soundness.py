@@ -6,12 +6,14 @@ model broken exactly where it looks. The oracle (tests/multiplication_oracle.py)
 the certificate: the hard-max limit is the design's attended sets from the "Heads" table."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
 
 from constructions.multiplication import build_model, instance
-from constructions.multiplication.certify import mlp
+from constructions.multiplication.certify import attention, mlp
 from constructions.multiplication.certify.margins import certify
 from multiplication_checks import wrong_pairs
 from multiplication_oracle import designed_set, float64_copy, forward64, measure, torch_forward64
@@ -218,3 +220,20 @@ def test_fails_when_a_head_attends_to_the_query_itself() -> None:
     assert wrong_pairs(float64_copy(model), PAIRS)
     cert = certify(model, N, cache=CACHE)
     assert not cert.passed and cert.reason == "hardmax", cert.message
+
+
+def test_constants_the_docs_promise() -> None:
+    """docs/multiplication.md, "Bound" (Sharpness) and "Certificate": M = ½·ln((2N + 8)/10^-9); S holds the
+    classes within 1 of the best score; at most 8 keys per layer-2 head; at most 10^5 assignments per
+    group of layer-2 MLP units; a 2^-10 grid; carries {0, …, 17}; 7 answer classes at N = 5; every
+    step unit ≥ 36 from 0; M* in (6.577, 6.599] at N = 5, d = 69, so M = 6.57 fails."""
+    assert attention.TIE_WIDTH == 1.0 and attention.MAX_MEMBERS == 8
+    assert mlp.MAX_ASSIGNMENTS == 100_000 and mlp.GRID == 1024.0
+    assert mlp.reachable_carries().tolist() == list(range(18))
+    model, meta = build_model(n_digits=N, d_model=WIDTH)
+    assert meta["M"] == pytest.approx(0.5 * math.log((2 * N + 8) / 1e-9), rel=1e-12)
+    cert = certify(model, N, cache=CACHE)
+    assert len(cert.classes) == 7
+    assert min(res.reserve for *_, res in cert.classes) == pytest.approx(36.0, abs=1e-6)  # an enclosure: 36 − 1e-8
+    assert certify(_model(NEAR_M_STAR), N, cache=CACHE).passed
+    assert not certify(_model(6.57), N, cache=CACHE).passed
