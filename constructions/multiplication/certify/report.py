@@ -39,10 +39,14 @@ def margins_lines(cert: Certificate, meta: dict, search: SharpnessSearch | None,
         out.append(f"  {info['name']} ({kind}): |S| ∈ {{{', '.join(map(str, info['sizes']))}}}; score gap to other keys "
                    f"≥ {info['gap']:.4g}; leak λ ≤ {_fmt(info['leak'])}; spread η ≤ {_fmt(info['eta'])}; "
                    f"TV to uniform on S ≤ {_fmt(info['tv'])}")
-    out.append("deviations from the hard-max limit (layer 1: TV·range of each flag; layer 2: key classes widened by Δ₁, "
-               "then TV·range; the product MLP adds |W_out|ᵀ|W_in|ᵀΔ):")
-    for name, value in cert.deltas.items():
-        out.append(f"  |Δ {name}| ≤ {_fmt(value)}")
+    out.append("deviations from the hard-max limit, |residual − hard-max residual| (Δ₁ = Σ TV₁·range of each flag; "
+               "layer 2: key classes widened by Δ₁, then TV₂·(range + 2·shift) + shift; ρ adds |W_out|ᵀ|W_in|ᵀ(Δ₁ + Δ₂) "
+               "for the product MLP):")
+    for title, bounds in (("after layer 1, every position (Δ₁)", cert.delta1),
+                          ("after layer-2 attention, answer positions (Δ₁ + Δ₂)", cert.deltas),
+                          ("after the layer-2 MLP, what layer 3 and the readout read (ρ)", cert.rho)):
+        shown = {name: value for name, value in bounds.items() if value > 0}
+        out.append(f"  {title}: " + ("; ".join(f"|Δ {name}| ≤ {_fmt(v)}" for name, v in shown.items()) or "0"))
     units = "; ".join(f"{k} units read {', '.join(_var(v) for v in key) or 'no digit'}" for key, k in cert.mlp2)
     out.append(f"layer-2 MLP, evaluated at every assignment of the digits each group of units reads (class with the most "
                f"digits: {units})")
