@@ -6,7 +6,8 @@ Our reconstruction of the RASP construction in the theorem of Hou et al., arXiv
 p is the masked n-gram of the last tokens; the answer is ``nc`` at the *last* key
 whose masked n-gram of ``nc`` (ending at k-1) equals the query. The three details
 that make it correct: last occurrence (``reduce="max"``), SEP masking,
-and the guard ``k <= last_sep(p) + 1``.
+and the guard (:func:`lookup_guard`): key ``k`` lies in the configuration before
+the one being written, so ``k <= last_sep(p) + 1``.
 
 Runtime monitor: the aligned key is ``k* = p + 2 - (L + 1)``; if the lookup
 returns any other key the premise failed, and the run raises
@@ -169,12 +170,32 @@ def _check_lookup(m: int, p: int, L: int, tp: TuringProgram) -> None:
     raise AmbiguousLookupError(msg, position=p)
 
 
+def lookup_guard(last_sep: SOp) -> Select:
+    """The guard of the lookup: key ``k`` lies in the configuration before the current one,
+    ``last_sep(k - 2) == prev_sep(p)``, where ``prev_sep(p)`` is the separator before
+    ``last_sep(p)`` (both are positions of SEP or BOS).
+
+    It implies the reconstruction's guard ``k <= last_sep(p) + 1`` (docs/turing-programs.md,
+    "Program P, op by op"), and it excludes besides only keys older than the previous
+    configuration. The aligned key ``k* = p + 1 - L`` always lies in the previous configuration,
+    so on every correct trace prefix the lookup returns the same key under either guard. Unlike
+    the order comparison, this one is an equality of two positions, which compiles to exact
+    weights (two ordinal dimensions per side, :mod:`rasp.weights.heads`); the interpreter and the
+    transformer run the same guard.
+    """
+    before = Select(indices + 1, last_sep, Comparison.EQ).named("before_last_sep")
+    prev_sep = Aggregate(before, last_sep, default=-1).named("prev_sep")
+    key_sep = shift_right(last_sep, 2, -2).named("key_sep")    # last_sep(k - 2); -2 for k < 2
+    return Select(key_sep, prev_sep, Comparison.EQ).named("guard")
+
+
 def compile_turing_machine(tm: TuringMachine, ngram: int, *, vocab: Vocab | None = None,
                            _first_occurrence: bool = False) -> TuringProgram:
     """Program P for ``tm`` with n-gram order ``ngram``; size O(ngram), 4 attention layers.
 
-    ``_first_occurrence=True`` uses ``reduce="min"`` in the lookup (np-rasp ``induct``):
-    the known regression (first occurrence), kept only to test that it fails.
+    ``_first_occurrence=True`` uses ``reduce="min"`` in the lookup (np-rasp ``induct``) with
+    only the upper bound ``k <= last_sep(p) + 1`` as guard: the known regression (first
+    occurrence among all earlier configurations), kept only to test that it fails.
     """
     if not isinstance(ngram, int) or ngram < 1:
         raise ValueError(f"ngram must be a positive integer, got {ngram!r}")
@@ -196,9 +217,11 @@ def compile_turing_machine(tm: TuringMachine, ngram: int, *, vocab: Vocab | None
     is_sb = Map(lambda t: t == SEP or t == BOS, tok).named("is_sep_or_bos")       # 11
     last_sep = Aggregate(Select(is_sb, Full(True), Comparison.EQ), indices,
                          default=-1, reduce="max").named("last_sep")              # 12
-    lim = Map(lambda v: v + 1, last_sep).named("lim")                             # 13
-    lookup = (Select(key, query, Comparison.EQ).named("same_ngram")               # 14-16
-              & Select(indices, lim, Comparison.LEQ).named("guard"))
+    if _first_occurrence:
+        guard = Select(indices, Map(lambda v: v + 1, last_sep), Comparison.LEQ).named("guard")
+    else:
+        guard = lookup_guard(last_sep)                                            # 13-15
+    lookup = Select(key, query, Comparison.EQ).named("same_ngram") & guard        # 16
     m = Aggregate(lookup, indices, default=-1,
                   reduce="min" if _first_occurrence else "max").named("match")
     out0 = index_select(nc, m, default=NULL).named("out0")                        # 17

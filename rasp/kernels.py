@@ -5,7 +5,7 @@ docs/rasp.md, "Fast paths, and why they are exact". A selector is classified onc
 * **direct**: a conjunction containing ``Select(indices + a, q, EQ)``: the only
   candidate key of row p is ``j = q[p] - a`` (shifts, ``index_select``); O(1) per row.
 * **hash**: a conjunction of EQ selects, ``TRUE``, and upper bounds on the key
-  index (``Select(indices + a, b, LEQ | LT)``, e.g. the guard of program P;
+  index (``Select(indices + a, b, LEQ | LT)``;
   exact for any real bound, see :mod:`rasp.bounds`). Keys are grouped by value in append order; with causal
   masking and upper bounds every row selects a *prefix* of its group, so prefix
   statistics (count, running max/min/sum, first differing value) answer each row

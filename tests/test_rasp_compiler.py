@@ -85,7 +85,10 @@ def test_address_track_makes_the_premise_hold(run, letters):
 
 
 def test_first_occurrence_lookup_fails():
-    """The np-rasp ``induct`` choice (first occurrence) breaks P: the lookup needs the last one."""
+    """The np-rasp ``induct`` choice (first occurrence) breaks P when the guard only bounds keys
+    from above (``k <= last_sep + 1``): unchanged cells repeat in every earlier configuration, so
+    the lookup needs the last match. P's own guard keeps only the previous configuration, where
+    the premise leaves one match (checked by ``good``)."""
     total = wrong = 0
     checked = False
     for seed in range(0, 4000, 97):
@@ -155,4 +158,4 @@ def test_program_size_is_linear_in_n_with_four_attention_layers():
     assert {stats[n + 1].size - stats[n].size for n in range(3, 9)} == {12}
     assert all(s.attention_layers == 4 for s in stats.values())
     for n in range(3, 10):
-        assert stats[n].heads_per_layer == (2 * n - 1, 2 * n - 1, 1, 1)
+        assert stats[n].heads_per_layer == (2 * n - 1, 2 * n + 1, 1, 1)   # + prev_sep, key_sep

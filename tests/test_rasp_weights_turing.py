@@ -99,3 +99,27 @@ def test_figure_cli_refuses_bad_input_in_one_line(tmp_path) -> None:
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.strip().count("\n") == 0 and "addition input must look like" in done.stderr
     assert not (tmp_path / "x.png").exists()
+
+
+@pytest.mark.parametrize("machine, ngram", [("increment", 2), ("addition", 3), ("random:2", 2)])
+def test_compiled_program_equals_the_interpreters_program_p_on_any_tokens(machine, ngram):
+    """Weights == interpreter as functions, not only on traces: on random token sequences (SEP,
+    BOS and EOS anywhere) the compiled transformer's output equals the interpreter's program P
+    (rasp.compiler, which has the lookup guard) at every position."""
+    import random
+
+    from rasp.compiler import compile_turing_machine
+    from rasp.evaluate import evaluate
+    from rasp.turing import resolve
+
+    tm = resolve(machine, "0 1 1 0 1" if machine.startswith("random") else "1011" if machine == "increment"
+                 else "12+34", 10_000).machine
+    vocab = Vocab.for_machine(tm)
+    interp = compile_turing_machine(tm, ngram, vocab=vocab)
+    compiled = transformer_program(tm, ngram, vocab=vocab).to_transformer(40).compiled
+    rng = random.Random(ngram)
+    cells = list(range(vocab.BOS))
+    for _ in range(20):
+        xs = [vocab.BOS] + [rng.choice([vocab.SEP] * 3 + cells + [vocab.BOS, vocab.EOS])
+                            for _ in range(rng.randrange(1, 40))]
+        assert compiled.run(xs) == list(evaluate(interp.output, xs, causal=True).column(interp.output))

@@ -11,8 +11,11 @@ docs/turing-programs.md ("Attention") explains the construction; in short, with 
 
 The compiler's BOS key scores ``beta/2`` below a full match (tracr's trick), so it wins exactly
 when nothing is selected, and its value is the Aggregate's default. ``max``/``min`` add
-``+-gamma * rank(value of the key)``, a hard-attention tie-break (with ``beta`` raised above
-``gamma * rank range``): the largest (smallest) selected value wins by at least ``gamma``.
+``gamma * rank(value of the key)``, a hard-attention tie-break (with ``beta`` raised above
+``gamma * rank range``); the rank is relative to the value set (``v - v_min`` for max,
+``v_max - v`` for min), so it is never negative and the BOS key cannot out-score a selected key
+whatever the values are, and ``gamma`` is ``MARGIN`` over the smallest gap between two values,
+so the largest (smallest) selected value wins by at least ``MARGIN``.
 A selector width attends to BOS *and* the selected keys equally and reads ``1/(w+1)`` from
 BOS's value (tracr's selector-width trick); an MLP decodes ``w``.
 
@@ -52,14 +55,14 @@ def compile_head(node: Node, layout: Layout, causal: bool) -> HeadSpec:
     value = node.deps[0] if isinstance(sop, Aggregate) else None
     gamma, rank_range, rank = MARGIN, 0.0, {}
     if reduce in ("max", "min"):
-        rank, rank_range = _rank_feature(value, layout)
+        rank, rank_range, gamma = _rank_feature(value, layout, reduce)
     beta = 2 * MARGIN if reduce in ("mean", "width") else 2 * (gamma * rank_range + MARGIN)
     head = HeadSpec(node, _describe(node), margin=2 * MARGIN if reduce == "width" else MARGIN)
     level: Feature = {}
     for atom in node.atoms:
         level = add(level, _atom_dims(atom, head, layout, beta))
     if reduce in ("max", "min"):
-        head.qk.append(({layout.one: gamma if reduce == "max" else -gamma}, rank))
+        head.qk.append(({layout.one: gamma}, rank))
     bos_q = add(level, {} if reduce == "width" else {layout.one: -beta / 2})
     if not causal:
         bos_q = add(bos_q, {layout.bos: BOS_QUERY})
@@ -98,23 +101,39 @@ def _atom_dims(atom: Atom, head: HeadSpec, layout: Layout, beta: float) -> Featu
     return {layout.one: beta}
 
 
-def _rank_feature(value: Node, layout: Layout) -> tuple[Feature, float]:
-    """A key feature increasing with the value (for max/min), and its range."""
+def _rank_feature(value: Node, layout: Layout, reduce: str) -> tuple[Feature, float, float]:
+    """The key feature ``rank`` of a max/min head, its range ``R`` and the scale ``gamma``.
+
+    ``rank`` is relative to the value set: ``v - v_min`` for max and ``v_max - v`` for min
+    (numbers, integer codes or one-hot ordinals), so it lies in ``[0, R]`` and the winning key
+    never scores below a full match of rank 0; ``BOS``'s ``-beta/2`` with
+    ``beta = 2 (gamma R + MARGIN)`` then loses to every selected key. ``gamma`` is ``MARGIN``
+    divided by the smallest gap between two values, so the largest (smallest) selected value
+    out-scores the next one by at least ``MARGIN``.
+    """
+    sign = 1.0 if reduce == "max" else -1.0
     if value.encoding == "numerical":
         if value.values is None:
             raise CompileError(f"{value.label!r}: max/min of a numerical s-op with unknown values")
-        return layout.number(value), float(max(value.values) - min(value.values))
+        nums = sorted({float(v) for v in value.values})
+        gap = min((b - a for a, b in zip(nums, nums[1:])), default=1.0)
+        low = nums[0] if reduce == "max" else nums[-1]
+        return (add(layout.number(value), {layout.one: -low}, scale=sign),
+                nums[-1] - nums[0], MARGIN / gap)
     try:
         ordered = sorted(value.values)
     except TypeError:
         raise CompileError(f"{value.label!r}: max/min needs mutually comparable values") from None
     if value.encoding == "onehot":
-        return ({layout.value_dims[id(value)][v]: float(i) for i, v in enumerate(ordered)},
-                float(len(ordered) - 1))
+        last = len(ordered) - 1
+        return ({layout.value_dims[id(value)][v]: float(i if reduce == "max" else last - i)
+                 for i, v in enumerate(ordered)}, float(last), MARGIN)
     codes = [layout.program.code(v) for v in ordered]
     if any(b <= a for a, b in zip(codes, codes[1:])):
         raise CompileError(f"{value.label!r}: its integer codes do not follow the value order")
-    return layout.code(value), float(codes[-1] - codes[0])
+    low = codes[0] if reduce == "max" else codes[-1]
+    return (add(layout.code(value), {layout.one: -float(low)}, scale=sign),
+            float(codes[-1] - codes[0]), MARGIN)
 
 
 def _value_dims(node: Node, value: Node | None, head: HeadSpec, layout: Layout) -> None:

@@ -13,11 +13,11 @@ compiled model against the reference simulator, :func:`rasp.machines.simulate`):
    shifts) instead of a chain of ORs, so the n-grams cost one MLP layer, not n - 1.
 3. ``halted = last_halt > last_sep`` is the numerical difference (a linear layer) and a step.
 
-Not compiled: the guard ``k <= last_sep + 1`` of the lookup (an order comparison between two
-positions, which no fixed low-rank score can make exact for all positions). The lookup keeps
-last-occurrence and SEP masking; the runtime monitor, which reads the transformer's own match
-index from its residual stream, reports any lookup that lands off the aligned key, exactly as
-the interpreter's monitor does.
+The guard of the lookup (:func:`rasp.compiler.lookup_guard`: the key lies in the configuration
+before the current one) is an equality of two separator positions, compiled like any other
+equality, so the transformer computes the interpreter's program value for value. The runtime
+monitor reads the transformer's own match index from its residual stream and reports any lookup
+that lands off the aligned key, exactly as the interpreter's monitor does.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ import torch
 
 from lengthgen.decode import decided_argmax, greedy_generate
 from rasp import lib
-from rasp.compiler import EDGE, NULL, _check_lookup, _tape_length, head_moves, local_rule
+from rasp.compiler import EDGE, NULL, _check_lookup, _tape_length, head_moves, local_rule, lookup_guard
 from rasp.core import Aggregate, Comparison, Full, Map, Select, SequenceMap, SOp, indices, numerical, tokens
 from rasp.machines import TuringMachine, Vocab
 from rasp.tracr_ops import LinearSequenceMap
@@ -101,8 +101,8 @@ def transformer_program(tm: TuringMachine, ngram: int, *, vocab: Vocab | None = 
     is_sb = Map(lambda t: t == SEP or t == BOS, tok).named("is_sep_or_bos")
     last_sep = Aggregate(Select(is_sb, Full(True), Comparison.EQ).named("sep_or_bos"), indices,
                          default=-1, reduce="max").named("last_sep")
-    match = Aggregate(Select(key, query, Comparison.EQ).named("same_ngram"), indices,
-                      default=-1, reduce="max").named("match")
+    match = Aggregate(Select(key, query, Comparison.EQ).named("same_ngram") & lookup_guard(last_sep),
+                      indices, default=-1, reduce="max").named("match")
     out0 = Aggregate(Select(indices, match, Comparison.EQ).named("at_match"), nc,
                      default=NULL).named("out0")                 # lib.index_select, named
     halted_heads = {t for t in range(n_cells)
