@@ -79,4 +79,5 @@ check -m constructions.addition --digits 50
 check -m rasp.turing --machine addition --input 12+34
 check -m constructions.nope --task addition --digits 3
 check -m rasp.turing --machine parity --input 1011_   # package data: rasp/specs/parity.json
+check -m constructions.addition.certify precision     # package data: the cached precision map
 echo "wheel_check: OK in $(( $(date +%s) - started )) s"

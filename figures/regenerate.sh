@@ -4,7 +4,7 @@
 # One torch thread, so the sums (and the losses in results.json) are the same on every run of one machine.
 #  1. Theorem 5.1's model is exported as an ordinary checkpoint (python -m constructions.addition export);
 #  2. lengthgen.plot draws the attention and length-generalization figures from checkpoints only;
-#  3. figures/precision.png is redrawn by the certificate's own command from figures/precision.json;
+#  3. figures/precision.png is redrawn by the certificate's own command from its cached map;
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="src:.${PYTHONPATH:+:$PYTHONPATH}"
@@ -14,7 +14,7 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 "$PY" -m constructions.addition export "$work/construction" --digits 15
 "$PY" -m lengthgen.plot all --construction "$work/construction" --force --threads 1 "$@"
-"$PY" -m constructions.addition.certify precision --figure figures/precision.png
+"$PY" -m constructions.addition.certify precision --figure figures/precision.png --force
 #  4. the heads of the compiled Turing-Program simulator (RASP -> weights) on a short addition trace;
 "$PY" -m rasp.weights.plot --input 905+97 --out figures/turing_attention.png
 #  5. the TransformerLens patching example (only where the interp extra is installed).

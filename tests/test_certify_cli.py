@@ -33,6 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
     (["exact", "--exhaustive", "3", "--d-model", "21"], "--exhaustive 3 needs 3-digit operands, beyond n_max(21)"),
     (["exact", "--d-model", "21", "--exhaustive", "1", "--sample-digits", "5"], "--sample-digits 5 needs"),
     (["precision", "--json", "/nonexistent/MISSING.json"], "no such cache file; add --recompute"),
+    (["precision", "--json", "/tmp"], "is a folder, not a cache file"),
+    (["precision", "--fresh"], "--fresh replaces the cache with new measurements: it needs --recompute"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, needle, capsys) -> None:
     assert_one_line_error(main, argv, "python -m constructions.addition.certify", needle, capsys)

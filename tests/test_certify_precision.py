@@ -13,7 +13,7 @@ import torch
 from constructions.addition import build_model
 from constructions.addition.certify.emulate import emulated_exact, round_to
 from constructions.addition.certify.margins import certify
-from constructions.addition.certify.precision import (FIGURES, _decided_rows, adversarial_pairs, environment,
+from constructions.addition.certify.precision import (CACHE, _decided_rows, adversarial_pairs, environment,
                                                       environment_label,
                                                       exact_on_adversarial, length_grid, measure, staged_exact,
                                                       table_lines)
@@ -89,7 +89,7 @@ def test_the_place_of_measurement_is_recorded() -> None:
 
 
 def test_cached_results_are_consistent_and_the_figure_regenerates(tmp_path: Path) -> None:
-    data = json.loads((FIGURES / "precision.json").read_text())
+    data = json.loads(CACHE.read_text())
     assert {"torch", "cpu_capability", "cpu"} <= set(data["measured_on"])
     dtypes = {e["dtype"] for e in data["results"]}
     assert dtypes == {"bfloat16", "float16", "float32", "float64"}

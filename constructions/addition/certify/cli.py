@@ -86,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("precision", help="largest exact operand length per float format and width",
                        description="For bfloat16, float16, float32, float64 and several d, the largest operand "
                        "length at which the model stays exact on adversarial inputs (carry chains, all 9s), and the "
-                       "first reason it breaks. Reads the cached figures/precision.json (or --json FILE) unless --recompute; "
+                       "first reason it breaks. Reads the map cached with the package (or --json FILE) unless --recompute; "
                        "a missing cache is an error, not a silent recomputation.")
     from .precision import add_arguments
 

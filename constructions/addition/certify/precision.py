@@ -19,7 +19,8 @@ score rounding it also says whether rounding W_Q, W_K alone (√M and √(MP) ro
 Each entry also records the largest grid length the margins certificate proves in that format
 (``certified N``): the certificate is sound, so certified ≤ measured must hold.
 
-Results are cached in ``figures/precision.json`` so the table and ``figures/precision.png``
+Results are cached in ``precision_map.json`` beside this module (installed with the package) so the
+table and ``figures/precision.png``
 regenerate without recomputation (``--recompute`` measures again; minutes on 2 CPU cores).
 """
 from __future__ import annotations
@@ -38,7 +39,7 @@ from lengthgen.tasks import ADDITION
 from ..model import START_ID, build_model, max_digits_for
 from .emulate import emulated_exact
 
-FIGURES = Path(__file__).resolve().parents[3] / "figures"
+CACHE = Path(__file__).resolve().with_name("precision_map.json")
 DTYPES = ("bfloat16", "float16", "float32", "float64")
 D_MODELS = (23, 27, 31, 35, 41, 45, 101, 201, 512)
 CAP = 4096
@@ -248,10 +249,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--recompute", action="store_true",
                    help="measure the requested formats × widths again and merge them into the cached JSON")
     p.add_argument("--fresh", action="store_true", help="with --recompute: replace the cache instead of merging")
-    p.add_argument("--json", type=Path, default=FIGURES / "precision.json", help="cache file (default figures/precision.json)")
-    p.add_argument("--figure", type=Path, default=FIGURES / "precision.png",
-                   help="figure path; a .pdf is written next to it (default figures/precision.png)")
-    p.add_argument("--no-figure", action="store_true", help="do not (re)draw the figure")
+    p.add_argument("--json", type=Path, default=CACHE,
+                   help="cache file (default: the map measured for this release, installed with the package)")
+    p.add_argument("--figure", type=Path, default=None,
+                   help="also draw the map to this .png (a .pdf is written next to it), e.g. figures/precision.png")
+    p.add_argument("--force", action="store_true", help="with --figure: replace existing figure files")
     p.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=list(DTYPES), help="formats to measure")
     p.add_argument("--d-models", type=int, nargs="+", default=list(D_MODELS), help="widths d to measure (each ≥ 21)")
     p.add_argument("--cap", type=int, default=CAP, help=f"largest operand length probed (default {CAP})")
@@ -264,21 +266,48 @@ def run_precision(args: argparse.Namespace) -> int:
     if bad or args.cap <= 0:
         msg = f"--d-models must all be at least 21, got {bad[0]}" if bad else f"--cap must be positive, got {args.cap}"
         raise UsageError(msg)
-    if not args.recompute and not args.json.exists():
-        raise UsageError(f"--json {args.json}: no such cache file; add --recompute to measure it (minutes)")
+    if args.fresh and not args.recompute:
+        raise UsageError("--fresh replaces the cache with new measurements: it needs --recompute")
+    if args.figure is not None:
+        from lengthgen.plot import check_free
+
+        check_free([args.figure, args.figure.with_suffix(".pdf")], args.force)
+    if not args.recompute and not args.json.is_file():
+        what = "is a folder, not a cache file" if args.json.is_dir() else "no such cache file"
+        raise UsageError(f"--json {args.json}: {what}; add --recompute to measure it (minutes)")
     if args.recompute:
         print(f"measuring {len(args.dtypes)} formats × {len(args.d_models)} widths (cap {args.cap} digits) ...")
         data = recompute(args.dtypes, args.d_models, args.cap)
         if args.json.exists() and not args.fresh:
-            data = merge(json.loads(args.json.read_text()), data)
+            data = merge(read_cache(args.json), data)
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(data, indent=1) + "\n")
     else:
-        data = json.loads(args.json.read_text())
+        data = read_cache(args.json)
     print("\n".join(table_lines(data)))
-    if not args.no_figure:
+    if args.figure is not None:
         from .precision_figure import draw
 
         draw(data, args.figure)
         print(f"figure: {args.figure} (+ .pdf)")
     return 0
+
+
+RESULT_KEYS = ("dtype", "d_model", "n_max", "largest_exact", "first_failure", "capped", "reason", "exact_at_top")
+
+
+def read_cache(path: Path) -> dict:
+    """A precision map written by ``--recompute``; anything else is one line of bad input."""
+    from lengthgen.cli import UsageError
+
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UsageError(f"--json {path}: not a readable JSON file ({exc.__class__.__name__}: {exc}); "
+                         "add --recompute to measure the map again") from None
+    results = data.get("results") if isinstance(data, dict) else None
+    if not isinstance(results, list) or not all(isinstance(e, dict) and all(k in e for k in RESULT_KEYS)
+                                                for e in results):
+        raise UsageError(f"--json {path}: not a precision map (it needs a 'results' list of entries with "
+                         f"{', '.join(RESULT_KEYS)}); add --recompute to measure one")
+    return data
