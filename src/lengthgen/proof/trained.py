@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import lru_cache
 from itertools import product
 
 import numpy as np
@@ -74,10 +75,10 @@ class PositionResult:
 
     r: int
     window: tuple[int, int]
-    configurations: int
+    configurations: int  # ordered configurations (a_j, b_j, carry) of the window
     proven: int
     unproven_mass: Fraction
-    failed: list[tuple[np.ndarray, np.ndarray, int]] = field(default_factory=list)  # (a digits, b digits, carry)
+    failed: list[tuple[np.ndarray, np.ndarray, int]] = field(default_factory=list)  # (a, b window digits, carry), worst first
     max_free_share: float = 0.0  # the largest λ⁺ over heads and configurations
     min_margin: float = np.inf  # the smallest proven lower bound of (target − runner-up) logit
 
@@ -92,13 +93,26 @@ def carry_probability(lo: int, carry: int) -> Fraction:
     return p1 if carry else 1 - p1
 
 
-def configurations(lay: Layout, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Every local configuration of window [lo, hi]: a, b digits [C, w] and the carry into lo [C]."""
-    sets = [lay.digit_set(j) for j in range(lo, hi + 1)]
-    carries = (0,) if lo == 0 else (0, 1)
-    grids = np.array(list(product(*sets, *sets, carries)), dtype=np.int64).reshape(-1, 2 * len(sets) + 1)
-    w = len(sets)
-    return grids[:, :w], grids[:, w:2 * w], grids[:, -1]
+def configurations(lay: Layout, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every local configuration of window [lo, hi] (see :func:`_configurations`)."""
+    return _configurations(tuple(len(lay.digit_set(j)) for j in range(lo, hi + 1)), lo > 0)
+
+
+@lru_cache(maxsize=16)
+def _configurations(sizes: tuple[int, ...], with_carry: bool) -> tuple[np.ndarray, ...]:
+    """Every local configuration of window [lo, hi] up to swapping a_j and b_j: a ≤ b digits [C, w],
+    the carry into lo [C], and how many ordered configurations each stands for [C]. Swapping a_j and
+    b_j permutes two keys of one ID, which changes no softmax, no key set and no sum digit."""
+    pairs = []
+    for size in sizes:
+        d = DIGITS[10 - size:]
+        pairs.append([(x, y, 1 if x == y else 2) for x in d for y in d if x <= y])
+    carries = (0, 1) if with_carry else (0,)
+    rows = [(tuple(p[0] for p in combo), tuple(p[1] for p in combo), int(np.prod([p[2] for p in combo])), k)
+            for combo in product(*pairs) for k in carries]
+    a = np.array([r[0] for r in rows], dtype=np.int64)
+    b = np.array([r[1] for r in rows], dtype=np.int64)
+    return a, b, np.array([r[3] for r in rows], dtype=np.int64), np.array([r[2] for r in rows], dtype=np.int64)
 
 
 def propagate(a: np.ndarray, b: np.ndarray, carry: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -162,7 +176,7 @@ class PositionCertifier:
         qid = lay.query_id(r)
         scores = [self.t.scores(h, qid) for h in range(self.w.n_heads)]
         lo, hi = self._window(r, scores)
-        a, b, carry = configurations(lay, lo, hi)
+        a, b, carry, mult = configurations(lay, lo, hi)
         c, top = propagate(a, b, carry)
         query_tok = np.full(len(a), lay.equals) if r == 0 else (top if r - 1 == lay.n else c[:, r - 1 - lo])
         target = np.full(len(a), lay.dollar) if r == lay.n + 1 else (top if r == lay.n else c[:, r - lo])
@@ -184,10 +198,12 @@ class PositionCertifier:
         digit_mass = Fraction(1)
         for j in range(lo, hi + 1):
             digit_mass /= len(lay.digit_set(j)) ** 2
-        unproven = sum((carry_probability(lo, int(k)) * int(np.sum(~ok & (carry == k))) for k in (0, 1)), Fraction(0))
+        unproven = sum((carry_probability(lo, int(k)) * int(mult[~ok & (carry == k)].sum()) for k in (0, 1)), Fraction(0))
+        low = np.concatenate(margins)
         bad = np.flatnonzero(~ok)
-        proven_margins = np.concatenate(margins)[ok]
-        return PositionResult(r, (lo, hi), len(a), int(ok.sum()), unproven * digit_mass,
+        bad = bad[np.argsort(low[bad], kind="stable")]  # the likeliest real failures first
+        proven_margins = low[ok]
+        return PositionResult(r, (lo, hi), int(mult.sum()), int(mult[ok].sum()), unproven * digit_mass,
                               [(a[i], b[i], int(carry[i])) for i in bad], share,
                               float(proven_margins.min()) if len(proven_margins) else np.inf)
 
