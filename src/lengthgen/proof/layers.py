@@ -16,7 +16,7 @@ certificate pushes ~10^4 enclosures per answer position through them.
   step 2^-10 over [−8, 8] (Φ by the all-positive series erf z = 2/√π·e^{−z²}·Σ z(2z²)^n/(2n+1)!!
   with a geometric tail bound) and Taylor's theorem, |Φ''| = |xφ(x)| ≤ φ(1) < 0.2420; beyond ±8,
   1 − Φ(8) < φ(8)/8 < 10^-15 (Mills' ratio). GELU decreases up to x* ≈ −0.75179 and increases after,
-  so an interval maps to its end points' values, or down to GELU(x*) > −0.1700 when it holds x*.
+X
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ GRID_EDGE = 8.0
 PHI_TAIL = 1e-15  # 1 − Φ(8) < φ(8)/8 ≈ 6.3e-16
 D2_BOUND = 0.2420  # max |Φ''(x)| = max |x φ(x)| = φ(1) ≈ 0.24197
 GELU_LEFT, GELU_RIGHT = -0.7518, -0.7517  # bracket the minimiser x* ≈ −0.751791
-GELU_MIN = -0.1700  # below GELU(x*) ≈ −0.169971
+GELU_MIN = -0.16997121  # below GELU(x*) = −0.1699712074799…
 
 
 def _const(expr) -> Iv:
