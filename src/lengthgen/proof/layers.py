@@ -16,7 +16,7 @@ certificate pushes ~10^4 enclosures per answer position through them.
   step 2^-10 over [−8, 8] (Φ by the all-positive series erf z = 2/√π·e^{−z²}·Σ z(2z²)^n/(2n+1)!!
   with a geometric tail bound) and Taylor's theorem, |Φ''| = |xφ(x)| ≤ φ(1) < 0.2420; beyond ±8,
   1 − Φ(8) < φ(8)/8 < 10^-15 (Mills' ratio). GELU decreases up to x* ≈ −0.75179 and increases after,
-X
+  so an interval maps to its end points' values, or down to GELU(x*) > −0.16997121 when it holds x*.
 """
 from __future__ import annotations
 
