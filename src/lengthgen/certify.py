@@ -48,11 +48,13 @@ def float_below(x: Fraction) -> float:
 
 
 def certify(model: torch.nn.Module, n: int, start: int, *, max_width: int = 2, margin: float = DECISION_MARGIN,
-            progress: bool = False) -> list[PositionResult]:
-    """Certificate results of every answer position r = 0 … N + 1 of N-digit coupled addition."""
+            progress: bool = False, keep_enclosures: bool = False) -> list[PositionResult]:
+    """Certificate results of every answer position r = 0 … N + 1 of N-digit coupled addition
+    (``keep_enclosures``: each also keeps its configurations' logit-difference enclosures)."""
     w = OneLayer.from_model(model)
     lay = Layout(n, start, ADDITION.EOS, ADDITION.PLUS, ADDITION.EQUALS)
-    cert = PositionCertifier(w, Tables.build(w), lay, max_width=max_width, margin=margin)
+    cert = PositionCertifier(w, Tables.build(w), lay, max_width=max_width, margin=margin,
+                             keep_enclosures=keep_enclosures)
     positions = range(n + 2)
     if progress:
         from tqdm import tqdm

@@ -81,6 +81,7 @@ class PositionResult:
     failed: list[tuple[np.ndarray, np.ndarray, int]] = field(default_factory=list)  # (a, b window digits, carry), worst first
     max_free_share: float = 0.0  # the largest λ⁺ over heads and configurations
     min_margin: float = np.inf  # the smallest proven lower bound of (target − runner-up) logit
+    enclosures: tuple | None = None  # with keep_enclosures: (a, b, carry, lo, hi) of logit[target] − logit[·]
 
 
 def carry_probability(lo: int, carry: int) -> Fraction:
@@ -128,8 +129,10 @@ def propagate(a: np.ndarray, b: np.ndarray, carry: np.ndarray) -> tuple[np.ndarr
 class PositionCertifier:
     """Certificate of the answer positions of one operand length (see the module docstring)."""
 
-    def __init__(self, w: OneLayer, tables: Tables, lay: Layout, max_width: int = 2, margin: float = 1e-3):
+    def __init__(self, w: OneLayer, tables: Tables, lay: Layout, max_width: int = 2, margin: float = 1e-3,
+                 keep_enclosures: bool = False):
         self.w, self.t, self.lay, self.max_width, self.margin = w, tables, lay, max_width, margin
+        self.keep = keep_enclosures
         self.V = w.W_E.shape[0]
 
     # -- keys -------------------------------------------------------------------------------------
@@ -184,7 +187,7 @@ class PositionCertifier:
         free = self._free_slots(r, lo, hi)
         heads = [self._head_constants(scores[h], h, slots, free) for h in range(self.w.n_heads)]
         ok = np.zeros(len(a), dtype=bool)
-        share, margins = 0.0, []
+        share, margins, kept = 0.0, [], []
         for start in range(0, len(a), CHUNK):
             sel = slice(start, start + CHUNK)
             tq = query_tok[sel]
@@ -193,8 +196,12 @@ class PositionCertifier:
                 out, lam = self._head(k, [(tok[sel], pid) for tok, pid in slots], tq)
                 resid = resid + out
                 share = max(share, float(lam.max(initial=0.0)))
-            ok[sel], m = self._decide(self.w.tail(resid), target[sel])
-            margins.append(m)
+            diff = self._differences(self.w.tail(resid), target[sel])
+            low = diff.lo.copy()
+            low[np.arange(len(low)), target[sel]] = np.inf
+            ok[sel] = low.min(axis=1) > self.margin
+            margins.append(low.min(axis=1))
+            kept.append(diff)
         digit_mass = Fraction(1)
         for j in range(lo, hi + 1):
             digit_mass /= len(lay.digit_set(j)) ** 2
@@ -205,7 +212,9 @@ class PositionCertifier:
         proven_margins = low[ok]
         return PositionResult(r, (lo, hi), int(mult.sum()), int(mult[ok].sum()), unproven * digit_mass,
                               [(a[i], b[i], int(carry[i])) for i in bad], share,
-                              float(proven_margins.min()) if len(proven_margins) else np.inf)
+                              float(proven_margins.min()) if len(proven_margins) else np.inf,
+                              (a, b, carry, np.concatenate([k.lo for k in kept]), np.concatenate([k.hi for k in kept]))
+                              if self.keep else None)
 
     def _head_constants(self, s: Iv, h: int, slots, free) -> dict:
         """Per query token: a reference score (the largest possible fixed-key score) and the bound W⁺
@@ -250,15 +259,12 @@ class PositionCertifier:
         spread = Iv(I.down(spread.lo), I.up(spread.hi))
         return fixed + Iv(np.zeros_like(lam), lam)[:, None] * spread, lam
 
-    def _decide(self, x: Iv, target: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per row: proven (target logit − every other > margin in the enclosure) and the lower bound
-        of the smallest such difference."""
-        low = np.empty(len(target))
+    def _differences(self, x: Iv, target: np.ndarray) -> Iv:
+        """Enclosure of logit[target] − logit[o] for every token o, per row [rows, V]."""
+        lo, hi = np.empty((len(target), self.V)), np.empty((len(target), self.V))
         WU, bU = Iv.exact(self.w.W_U), Iv.exact(self.w.b_U)
         for t in np.unique(target):
             rows = np.flatnonzero(target == t)
             diff = I.matmul(x[rows], WU[:, [int(t)]] - WU) + (bU[[int(t)]] - bU)
-            lo = diff.lo.copy()
-            lo[:, t] = np.inf
-            low[rows] = lo.min(axis=1)
-        return low > self.margin, low
+            lo[rows], hi[rows] = diff.lo, diff.hi
+        return Iv(lo, hi)
