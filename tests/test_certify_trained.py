@@ -8,6 +8,7 @@ certificate left unproven (a proven configuration the model fails is an unsound 
 """
 from __future__ import annotations
 
+import copy
 import itertools
 import json
 
@@ -37,7 +38,7 @@ def all_pairs(n: int) -> list[tuple[int, int]]:
 def forward(model: Transformer, pairs: list[tuple[int, int]], n: int) -> tuple[np.ndarray, np.ndarray]:
     """The float64 model teacher-forced on every pair: [pairs, N + 2] True where it misses the true
     next token (decision margin), and [pairs, N + 2, V] logit[true token] − logit[each token]."""
-    m64 = model.to(torch.float64)
+    m64 = copy.deepcopy(model).to(torch.float64)
     rows, diffs = [], []
     for i in range(0, len(pairs), 2048):
         insts = [ADDITION.instance(str(a).zfill(n), str(b).zfill(n), start=START) for a, b in pairs[i:i + 2048]]
@@ -50,7 +51,6 @@ def forward(model: Transformer, pairs: list[tuple[int, int]], n: int) -> tuple[n
         target = tokens[:, first + 1:]
         rows.append((decided_argmax(logits) != target).numpy())
         diffs.append((logits.gather(-1, target[..., None]) - logits).numpy())
-    model.to(torch.float32)
     return np.concatenate(rows), np.concatenate(diffs)
 
 
@@ -200,3 +200,18 @@ def test_cli_refuses_two_layers_and_corrupt_files(tmp_path, capsys):
     bad = tmp_path / "bad.safetensors"
     bad.write_bytes(b"not a weight file")
     assert_one_line_error(cli.main, ["--checkpoint", str(bad), "--digits", "2"], cli.PROG, "not a readable", capsys)
+
+
+def test_near_ties_within_the_decision_margin_are_not_proven():
+    """b_U of 7 raised to 0.0005 below the smallest margin any target keeps over 7 (from forward
+    passes): those predictions still win, but by less than the decision margin, so they count wrong."""
+    n = 1
+    model, _ = build_model(n_digits=n)
+    pairs = all_pairs(n)
+    _, diffs = forward(model, pairs, n)
+    gap = diffs[..., 7]
+    smallest = float(gap[gap > 0].min())
+    with torch.no_grad():
+        model.unembed.b_U[7] += smallest - 0.0005
+    out = assert_sound(model, n, pairs, exhaustive=True)
+    assert out["accuracy"] < 1 and out["verdict"] != "PROVEN_EXACT"
