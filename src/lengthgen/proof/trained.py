@@ -36,6 +36,7 @@ from . import interval as I
 from .interval import Iv
 from .layers import exp_enclosure, exp_upper, recip
 from .trained_tables import OneLayer, Tables
+from .weights import StructureError
 
 CHUNK = 2048  # configurations pushed through the layers at once
 DIGITS = np.arange(10)
@@ -248,6 +249,9 @@ class PositionCertifier:
             i = index[pid]
             z = z + Iv(e.lo[tq, tok, i], e.hi[tq, tok, i])
             num = num + Iv(eo.lo[tq, tok, i], eo.hi[tq, tok, i])
+        if np.any(z.lo <= 0):
+            raise StructureError("attention scores of one query span more than e^745: the fixed keys' softmax "
+                                 "weight underflows, which this certificate does not handle")
         fixed = num * recip(z)[:, None]
         wf = k["w_free"][tq]
         if not np.any(wf):
