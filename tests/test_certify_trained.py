@@ -88,7 +88,8 @@ def assert_sound(model: Transformer, n: int, pairs: list[tuple[int, int]], exhau
     return {**out, "accuracy": accuracy, "results": results}
 
 
-@pytest.mark.parametrize("name,n", [(name, 1) for name in COMMITTED] + [("addition_coupled_1l2h_packed", 2)])
+@pytest.mark.parametrize("name,n", [(name, 1) for name in COMMITTED]
+                         + [pytest.param("addition_coupled_1l2h_packed", 2, marks=pytest.mark.slow)])
 def test_committed_checkpoints_bound_below_exhaustive_accuracy(name, n):
     """N = 2 for the other checkpoints and N = 3 (810 000 pairs): bench/bench_certify_trained.py."""
     model, _, _ = load_checkpoint(f"checkpoints/{name}", n)
