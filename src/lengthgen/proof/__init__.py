@@ -6,7 +6,10 @@
   softmax mass of every ID but the attended one;
 * :mod:`.attention`: per answer position of a coupled format, the leak and the spread of one head;
 * :mod:`.weights`: exact float64 copies of a model's parameters and :class:`~.weights.StructureError`;
-* :mod:`.sharpness`: the smallest attention sharpness at which a certificate still holds.
+* :mod:`.sharpness`: the smallest attention sharpness at which a certificate still holds;
+* :mod:`.layers`: interval exp, reciprocal, LayerNorm, GELU and exact-matrix affine maps;
+* :mod:`.trained_tables`, :mod:`.trained`, :mod:`.counterexamples`: the certificate for any 1-layer
+  coupled addition checkpoint (``python -m lengthgen.certify``; docs/certificate.md, "Trained models").
 
 Nothing here knows any one construction; the constructions' certificates (``constructions.*.certify``)
 build on it (docs/certificate.md).

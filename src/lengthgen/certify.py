@@ -1,0 +1,180 @@
+"""A certificate for any 1-layer coupled addition checkpoint: a proven lower bound on exact match.
+
+    python -m lengthgen.certify --checkpoint checkpoints/addition_coupled_1l2h_packed --digits 15 [--json] [--samples 1000]
+    python -m lengthgen.certify --checkpoint construction --digits 1000
+
+Statement (docs/certificate.md, "Trained models"): over the N-digit operand pairs that
+``python -m lengthgen.evaluate`` samples (uniform, leading digits non-zero when N > 1, coupled IDs
+from the evaluation start s = 2), teacher-forced exact match with the decision margin
+(:data:`lengthgen.decode.DECISION_MARGIN`) is at least ``accuracy_lower_bound``, in exact real
+arithmetic on the checkpoint's weights (``--dtype real``). The bound is 1 − the summed probability
+of the local configurations left unproven at each answer position (a union bound over the N + 2
+answer positions); PROVEN_EXACT when nothing is left. Unproven configurations are tried on the real
+model (float64 forward passes on operand pairs that realize them); the ones it really gets wrong are
+printed as counterexamples. How: :mod:`lengthgen.proof.trained`.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import torch
+
+from . import task_batches
+from .cli import run_cli
+from .data import DataError
+from .decode import DECISION_MARGIN
+from .evaluate import evaluate, load_for_eval
+from .proof.counterexamples import realize, wrong_positions
+from .proof.trained import Layout, PositionCertifier, PositionResult
+from .proof.trained_tables import OneLayer, Tables
+from .proof.weights import StructureError
+from .runs import OneLineParser, RunError, fail
+from .tasks import ADDITION
+
+PROG = "python -m lengthgen.certify"
+TRIES = 3  # operand pairs tried per unproven configuration
+
+
+def float_below(x: Fraction) -> float:
+    """The largest float ≤ x (the printed bound never exceeds the proven one)."""
+    f = float(x)
+    return float(np.nextafter(f, -np.inf)) if Fraction(f) > x else f
+
+
+def certify(model: torch.nn.Module, n: int, start: int, *, max_width: int = 2, margin: float = DECISION_MARGIN,
+            progress: bool = False, keep_enclosures: bool = False) -> list[PositionResult]:
+    """Certificate results of every answer position r = 0 … N + 1 of N-digit coupled addition
+    (``keep_enclosures``: each also keeps its configurations' logit-difference enclosures)."""
+    w = OneLayer.from_model(model)
+    lay = Layout(n, start, ADDITION.EOS, ADDITION.PLUS, ADDITION.EQUALS)
+    cert = PositionCertifier(w, Tables.build(w), lay, max_width=max_width, margin=margin,
+                             keep_enclosures=keep_enclosures)
+    positions = range(n + 2)
+    if progress:
+        from tqdm import tqdm
+
+        positions = tqdm(positions, desc="certifying", unit="position", file=sys.stderr, dynamic_ncols=True)
+    return [cert.certify(r) for r in positions]
+
+
+def find_counterexamples(model: torch.nn.Module, n: int, start: int, results: list[PositionResult], limit: int,
+                         seed: int = 0) -> list[dict[str, Any]]:
+    """Up to ``limit`` operand pairs realizing unproven configurations that the model really gets
+    wrong at that configuration's answer position (float64 forward pass, decided argmax)."""
+    lay = Layout(n, start, ADDITION.EOS, ADDITION.PLUS, ADDITION.EQUALS)
+    rng = np.random.default_rng(seed)
+    found: list[dict[str, Any]] = []
+    for res in results:
+        budget = 4 * limit  # configurations tried per position
+        tried = [(cfg, realize(lay, res.window[0], *cfg, rng)) for cfg in res.failed[:budget] for _ in range(TRIES)]
+        if not tried:
+            continue
+        verdicts = wrong_positions(model, [pair for _, pair in tried], start)
+        seen = set()
+        for (cfg, (a, b)), wrong in zip(tried, verdicts):
+            key = (tuple(cfg[0]), tuple(cfg[1]), cfg[2])
+            if res.r in wrong and key not in seen and len(found) < limit:
+                seen.add(key)
+                expected, predicted = wrong[res.r]
+                found.append({"a": a, "b": b, "answer_position": res.r, "expected": expected, "predicted": predicted})
+    return found
+
+
+def summarize(n: int, results: list[PositionResult], counterexamples: list[dict[str, Any]]) -> dict[str, Any]:
+    unproven = sum((r.unproven_mass for r in results), Fraction(0))
+    bound = max(Fraction(0), 1 - unproven)
+    verdict = "PROVEN_EXACT" if unproven == 0 else ("VACUOUS" if bound == 0 else "LOWER_BOUND")
+    return {
+        "digits": n, "verdict": verdict, "accuracy_lower_bound": float_below(bound),
+        "configurations_proven": sum(r.proven for r in results),
+        "configurations_failed": sum(r.configurations - r.proven for r in results),
+        "counterexamples": counterexamples,
+        "positions": [{"answer_position": r.r, "window": list(r.window), "configurations": r.configurations,
+                       "proven": r.proven, "unproven_mass": float(r.unproven_mass),
+                       "max_free_share": r.max_free_share,
+                       "min_margin": None if math.isinf(r.min_margin) else r.min_margin} for r in results],
+    }
+
+
+def format_report(desc: dict[str, Any], out: dict[str, Any]) -> str:
+    lines = [f"{desc['name']} (addition, coupled positions, start {out['start']}), {out['digits']}-digit operands, "
+             "exact real arithmetic",
+             f"verdict: {out['verdict']}   accuracy lower bound {out['accuracy_lower_bound']:.6f} "
+             f"(1 − unproven mass, union bound over {out['digits'] + 2} answer positions)",
+             f"local configurations: {out['configurations_proven']} proven, {out['configurations_failed']} not proven"]
+    for p in out["positions"]:
+        if p["proven"] < p["configurations"]:
+            lines.append(f"  answer position {p['answer_position']} (window significances {p['window'][0]}..{p['window'][1]}): "
+                         f"{p['configurations'] - p['proven']}/{p['configurations']} unproven, mass {p['unproven_mass']:.3g}, "
+                         f"attention share outside the window ≤ {p['max_free_share']:.3g}")
+    for c in out["counterexamples"]:
+        lines.append(f"  counterexample: {c['a']} + {c['b']}, answer position {c['answer_position']}: "
+                     f"expected {c['expected']}, predicted {c['predicted']}")
+    if out.get("sampled_accuracy") is not None:
+        lines.append(f"sampled exact match ({out['samples']} samples, lengthgen.evaluate): {out['sampled_accuracy']:.4f}")
+    lines.append(f"seconds: {out['seconds']:.1f}")
+    return "\n".join(lines)
+
+
+def parser() -> OneLineParser:
+    p = OneLineParser(prog=PROG, description="Proven lower bound on the exact match of a 1-layer coupled addition "
+                      "checkpoint, for every N-digit input (docs/certificate.md, \"Trained models\").")
+    p.add_argument("--checkpoint", required=True, help="checkpoint directory, run directory, weight file, or a "
+                   "registered name such as 'construction'")
+    p.add_argument("--digits", type=int, required=True, help="operand length N")
+    p.add_argument("--dtype", default="real", help="arithmetic the statement is about (only 'real' is supported)")
+    p.add_argument("--samples", type=int, default=0, help="also report lengthgen.evaluate's sampled exact match")
+    p.add_argument("--max-width", type=int, default=2, help="significances per local configuration window "
+                   "(cost grows 55× per extra one)")
+    p.add_argument("--counterexamples", type=int, default=10, help="most counterexamples to print")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--no-progress", action="store_true")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_cli(PROG, lambda: _main(argv))
+
+
+def _main(argv: list[str] | None) -> int:
+    args = parser().parse_args(argv)
+    t0 = time.perf_counter()
+    try:
+        if args.dtype != "real":
+            raise DataError(f"--dtype {args.dtype} is not supported: the trained-model certificate proves "
+                            "statements in exact real arithmetic only (--dtype real)")
+        if args.digits < 1 or args.samples < 0 or args.max_width < 1 or args.threads < 1 or args.counterexamples < 0:
+            raise DataError("--digits, --max-width and --threads must be at least 1; --samples and "
+                            "--counterexamples at least 0")
+        torch.set_num_threads(args.threads)
+        model, desc = load_for_eval(args.checkpoint, args.digits)
+        if desc["task"] != "addition" or desc["positions"] != "coupled":
+            raise DataError(f"{args.checkpoint}: the certificate covers addition with coupled positions, not "
+                            f"{desc['task']} with {desc['positions']} positions")
+        task_batches.check_digits("addition", "coupled", model.cfg.n_ctx, args.digits, str(args.checkpoint))
+        start = task_batches.EVAL_STARTS["addition"]
+        progress = sys.stderr.isatty() and not args.no_progress
+        results = certify(model, args.digits, start, max_width=args.max_width, progress=progress)
+        examples = find_counterexamples(model, args.digits, start, results, args.counterexamples)
+        out = {"checkpoint": desc["name"], "start": start, "dtype": "real", **summarize(args.digits, results, examples)}
+        if args.samples:
+            row = evaluate(model, "coupled", [args.digits], args.samples, task="addition")[0]
+            out.update(sampled_accuracy=row["exact_match"], samples=args.samples)
+        else:
+            out["sampled_accuracy"] = None
+    except (DataError, RunError, StructureError, ValueError) as exc:
+        return fail(PROG, str(exc))
+    out["seconds"] = round(time.perf_counter() - t0, 2)
+    print(json.dumps(out, indent=1) if args.json else format_report(desc, out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,274 @@
+"""The trained-model certificate for coupled addition: per answer position, local configurations.
+
+Statement (docs/certificate.md, "Trained models"): for the uniform distribution over N-digit operand
+pairs of :mod:`lengthgen.evaluate` (leading digits non-zero when N > 1), teacher-forced exact match
+with the decision margin is at least ``1 − Σ_r (unproven mass at answer position r)``: teacher-forced,
+every answer position sees the true prefix, so exact match is the event "every answer position
+predicts its token with a margin" (lengthgen.evaluate's definition, equal to greedy decoding's exact
+match by induction), and the union bound over the N + 2 answer positions gives the sum.
+
+Answer position r (0 ≤ r ≤ N + 1) is the query at ``=`` (r = 0) or at answer digit c_{r−1}; it
+predicts c_r (``$`` for r = N + 1). Layout: significance j of a, b and c has ID s + N − 1 − j.
+
+Per answer position, a *window* W = [lo, hi] of significances (always holding the ones the query
+token and the target depend on, widened toward the IDs whose keys may carry most attention) and a
+*local configuration*: the digits a_j, b_j for j in W and the carry into lo. It fixes the query
+token, the target and the tokens of every key in W (c_j by the carries); its probability is
+exact: digits uniform (1/9 for the leading ones), P(carry into lo = 1) = (10^lo − 1)/(2·10^lo)
+(independent of the digits in W). Every other digit key is treated pessimally: token any digit
+(any non-zero digit at the lead), so per head its softmax share λ is at most
+``W⁺/(Z⁻ + W⁺)`` (W⁺: the sum of e^{max score} over those keys, Z⁻: the fixed keys' weight) and its
+mean value lies in the box of all its possible values: ``out = o_fixed + λ·(o_free − o_fixed)``
+exactly, enclosed with λ ∈ [0, λ⁺]. The residual enclosure then goes through LN2, the MLP, the
+final LN and the unembedding; the configuration is proven when the target's logit beats every
+other by more than the margin in the enclosure.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+from functools import lru_cache
+from itertools import product
+
+import numpy as np
+
+from . import interval as I
+from .interval import Iv
+from .layers import exp_enclosure, exp_upper, recip
+from .trained_tables import OneLayer, Tables
+from .weights import StructureError
+
+CHUNK = 2048  # configurations pushed through the layers at once
+DIGITS = np.arange(10)
+
+
+@dataclass
+class Layout:
+    """Token ids and the coupled layout of one operand length (``s``: the start ID)."""
+
+    n: int
+    s: int
+    dollar: int
+    plus: int
+    equals: int
+
+    def id_of(self, j: int) -> int:
+        """Position ID of significance j (a_j, b_j, c_j)."""
+        return self.s + self.n - 1 - j
+
+    def query_id(self, r: int) -> int:
+        return self.s + self.n - r
+
+    def digit_set(self, j: int) -> np.ndarray:
+        """The digits an operand holds at significance j under the evaluation distribution."""
+        return DIGITS[1:] if (j == self.n - 1 and self.n > 1) else DIGITS
+
+    def needed(self, r: int) -> tuple[int, int]:
+        """Significances the query token and the target of answer position r depend on."""
+        if r == 0:
+            return 0, 0
+        return min(r - 1, self.n - 1), min(r, self.n - 1)
+
+
+@dataclass
+class PositionResult:
+    """What one answer position proved: counts, the unproven mass, the failed configurations."""
+
+    r: int
+    window: tuple[int, int]
+    configurations: int  # ordered configurations (a_j, b_j, carry) of the window
+    proven: int
+    unproven_mass: Fraction
+    failed: list[tuple[np.ndarray, np.ndarray, int]] = field(default_factory=list)  # (a, b window digits, carry), worst first
+    max_free_share: float = 0.0  # the largest λ⁺ over heads and configurations
+    min_margin: float = np.inf  # the smallest proven lower bound of (target − runner-up) logit
+    enclosures: tuple | None = None  # with keep_enclosures: (a, b, carry, lo, hi) of logit[target] − logit[·]
+
+
+def carry_probability(lo: int, carry: int) -> Fraction:
+    """P(carry into significance lo = carry) for uniform lower digits: of the 10^{2lo} pairs of lo-digit
+    numbers, 10^lo(10^lo − 1)/2 sum to at least 10^lo."""
+    if lo == 0:
+        return Fraction(1 - carry)
+    m = 10**lo
+    p1 = Fraction(m - 1, 2 * m)
+    return p1 if carry else 1 - p1
+
+
+def configurations(lay: Layout, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every local configuration of window [lo, hi] (see :func:`_configurations`)."""
+    return _configurations(tuple(len(lay.digit_set(j)) for j in range(lo, hi + 1)), lo > 0)
+
+
+@lru_cache(maxsize=16)
+def _configurations(sizes: tuple[int, ...], with_carry: bool) -> tuple[np.ndarray, ...]:
+    """Every local configuration of window [lo, hi] up to swapping a_j and b_j: a ≤ b digits [C, w],
+    the carry into lo [C], and how many ordered configurations each stands for [C]. Swapping a_j and
+    b_j permutes two keys of one ID, which changes no softmax, no key set and no sum digit."""
+    pairs = []
+    for size in sizes:
+        d = DIGITS[10 - size:]
+        pairs.append([(x, y, 1 if x == y else 2) for x in d for y in d if x <= y])
+    carries = (0, 1) if with_carry else (0,)
+    rows = [(tuple(p[0] for p in combo), tuple(p[1] for p in combo), int(np.prod([p[2] for p in combo])), k)
+            for combo in product(*pairs) for k in carries]
+    a = np.array([r[0] for r in rows], dtype=np.int64)
+    b = np.array([r[1] for r in rows], dtype=np.int64)
+    return a, b, np.array([r[3] for r in rows], dtype=np.int64), np.array([r[2] for r in rows], dtype=np.int64)
+
+
+def propagate(a: np.ndarray, b: np.ndarray, carry: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sum digits c_j over the window and the carry out of its top (Python-integer school addition)."""
+    c = np.empty_like(a)
+    k = carry.copy()
+    for i in range(a.shape[1]):
+        t = a[:, i] + b[:, i] + k
+        c[:, i], k = t % 10, t // 10
+    return c, k
+
+
+class PositionCertifier:
+    """Certificate of the answer positions of one operand length (see the module docstring)."""
+
+    def __init__(self, w: OneLayer, tables: Tables, lay: Layout, max_width: int = 2, margin: float = 1e-3,
+                 keep_enclosures: bool = False):
+        self.w, self.t, self.lay, self.max_width, self.margin = w, tables, lay, max_width, margin
+        self.keep = keep_enclosures
+        self.V = w.W_E.shape[0]
+
+    # -- keys -------------------------------------------------------------------------------------
+    def _fixed_slots(self, r: int, lo: int, hi: int, a, b, c, top) -> list[tuple[np.ndarray, int]]:
+        """(token per configuration, ID) of every key whose token the configuration fixes."""
+        lay, C = self.lay, len(a)
+        const = lambda tok: np.full(C, tok, dtype=np.int64)  # noqa: E731
+        slots = [(const(lay.dollar), 0), (const(lay.plus), lay.s + lay.n), (const(lay.equals), lay.s + lay.n)]
+        for i, j in enumerate(range(lo, hi + 1)):
+            slots += [(a[:, i], lay.id_of(j)), (b[:, i], lay.id_of(j))]
+            if j <= r - 1:
+                slots.append((c[:, i], lay.id_of(j)))
+        if r == lay.n + 1:
+            slots.append((top, lay.s - 1))  # the query c_N itself
+        return slots
+
+    def _free_slots(self, r: int, lo: int, hi: int) -> list[tuple[np.ndarray, int]]:
+        """(possible tokens, ID) of every digit key outside the window (c_j: any digit)."""
+        lay, out = self.lay, []
+        for j in range(lay.n):
+            if lo <= j <= hi:
+                continue
+            out += [(lay.digit_set(j), lay.id_of(j))] * 2
+            if j <= r - 1:
+                out.append((DIGITS, lay.id_of(j)))
+        return out
+
+    def _window(self, r: int, scores: list[Iv]) -> tuple[int, int]:
+        """The needed significances, widened (up to ``max_width``) toward the heavier neighbour ID:
+        the one whose digit keys can score highest against the query, over heads and query tokens."""
+        lo, hi = self.lay.needed(r)
+        while hi - lo + 1 < self.max_width and (lo > 0 or hi < self.lay.n - 1):
+            weight = {}
+            for j in (lo - 1, hi + 1):
+                if 0 <= j < self.lay.n:
+                    weight[j] = max(float(np.max(s.hi[:, :10, self.lay.id_of(j)])) for s in scores)
+            j = max(weight, key=weight.get)
+            lo, hi = min(lo, j), max(hi, j)
+        return lo, hi
+
+    # -- one answer position -----------------------------------------------------------------------
+    def certify(self, r: int) -> PositionResult:
+        lay = self.lay
+        qid = lay.query_id(r)
+        scores = [self.t.scores(h, qid) for h in range(self.w.n_heads)]
+        lo, hi = self._window(r, scores)
+        a, b, carry, mult = configurations(lay, lo, hi)
+        c, top = propagate(a, b, carry)
+        query_tok = np.full(len(a), lay.equals) if r == 0 else (top if r - 1 == lay.n else c[:, r - 1 - lo])
+        target = np.full(len(a), lay.dollar) if r == lay.n + 1 else (top if r == lay.n else c[:, r - lo])
+        slots = self._fixed_slots(r, lo, hi, a, b, c, top)
+        free = self._free_slots(r, lo, hi)
+        heads = [self._head_constants(scores[h], h, slots, free) for h in range(self.w.n_heads)]
+        ok = np.zeros(len(a), dtype=bool)
+        share, margins, kept = 0.0, [], []
+        for start in range(0, len(a), CHUNK):
+            sel = slice(start, start + CHUNK)
+            tq = query_tok[sel]
+            resid = self.t.resid[:, qid][tq] + self.w.b_O
+            for k in heads:
+                out, lam = self._head(k, [(tok[sel], pid) for tok, pid in slots], tq)
+                resid = resid + out
+                share = max(share, float(lam.max(initial=0.0)))
+            diff = self._differences(self.w.tail(resid), target[sel])
+            low = diff.lo.copy()
+            low[np.arange(len(low)), target[sel]] = np.inf
+            ok[sel] = low.min(axis=1) > self.margin
+            margins.append(low.min(axis=1))
+            kept.append(diff)
+        digit_mass = Fraction(1)
+        for j in range(lo, hi + 1):
+            digit_mass /= len(lay.digit_set(j)) ** 2
+        unproven = sum((carry_probability(lo, int(k)) * int(mult[~ok & (carry == k)].sum()) for k in (0, 1)), Fraction(0))
+        low = np.concatenate(margins)
+        bad = np.flatnonzero(~ok)
+        bad = bad[np.argsort(low[bad], kind="stable")]  # the likeliest real failures first
+        proven_margins = low[ok]
+        return PositionResult(r, (lo, hi), int(mult.sum()), int(mult[ok].sum()), unproven * digit_mass,
+                              [(a[i], b[i], int(carry[i])) for i in bad], share,
+                              float(proven_margins.min()) if len(proven_margins) else np.inf,
+                              (a, b, carry, np.concatenate([k.lo for k in kept]), np.concatenate([k.hi for k in kept]))
+                              if self.keep else None)
+
+    def _head_constants(self, s: Iv, h: int, slots, free) -> dict:
+        """Per query token: a reference score (the largest possible fixed-key score) and the bound W⁺
+        on the free keys' weight relative to it; the box of the free keys' head outputs; and, on the
+        IDs of the fixed keys, the tables e = exp(score − reference) and e·(value·W_O)."""
+        ids = sorted({pid for _, pid in slots})
+        ref = np.full(self.V, -np.inf)
+        for tok, pid in slots:
+            ref = np.maximum(ref, s.hi[:, np.unique(tok), pid].max(axis=1))
+        out = self.t.out[h]
+        sub = Iv(s.lo[:, :, ids], s.hi[:, :, ids])
+        e = exp_enclosure(sub - Iv.exact(ref[:, None, None]))  # [V, V, ids]
+        eo = Iv(e.lo[..., None], e.hi[..., None]) * Iv(out.lo[None][:, :, ids], out.hi[None][:, :, ids])
+        w_free = np.zeros(self.V)
+        box = Iv(np.zeros(self.w.d_model), np.zeros(self.w.d_model))
+        if free:
+            best = np.stack([s.hi[:, toks, pid].max(axis=1) for toks, pid in free], axis=1)  # [V, F]
+            with np.errstate(invalid="ignore"):
+                terms = exp_upper(I.up(best - ref[:, None]))
+            w_free = I.up(terms.sum(axis=1) * I.up_sum_factor(len(free)))
+            box = Iv(np.min([out.lo[toks, pid].min(axis=0) for toks, pid in free], axis=0),
+                     np.max([out.hi[toks, pid].max(axis=0) for toks, pid in free], axis=0))
+        return {"w_free": w_free, "box": box, "index": {pid: i for i, pid in enumerate(ids)}, "e": e, "eo": eo}
+
+    def _head(self, k: dict, slots, tq: np.ndarray) -> tuple[Iv, np.ndarray]:
+        """Enclosure of one head's output [C, d] and the bound λ⁺ [C] on the free keys' share."""
+        e, eo, index = k["e"], k["eo"], k["index"]
+        z = Iv(np.zeros(len(tq)), np.zeros(len(tq)))
+        num = Iv(np.zeros((len(tq), self.w.d_model)), np.zeros((len(tq), self.w.d_model)))
+        for tok, pid in slots:
+            i = index[pid]
+            z = z + Iv(e.lo[tq, tok, i], e.hi[tq, tok, i])
+            num = num + Iv(eo.lo[tq, tok, i], eo.hi[tq, tok, i])
+        if np.any(z.lo <= 0):
+            raise StructureError("attention scores of one query span more than e^745: the fixed keys' softmax "
+                                 "weight underflows, which this certificate does not handle")
+        fixed = num * recip(z)[:, None]
+        wf = k["w_free"][tq]
+        if not np.any(wf):
+            return fixed, np.zeros(len(tq))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lam = np.minimum(np.where(wf > 0, I.up(wf / I.down(z.lo + wf)), 0.0), 1.0)
+        box = k["box"]
+        spread = Iv(box.lo - fixed.hi, box.hi - fixed.lo)
+        spread = Iv(I.down(spread.lo), I.up(spread.hi))
+        return fixed + Iv(np.zeros_like(lam), lam)[:, None] * spread, lam
+
+    def _differences(self, x: Iv, target: np.ndarray) -> Iv:
+        """Enclosure of logit[target] − logit[o] for every token o, per row [rows, V]."""
+        lo, hi = np.empty((len(target), self.V)), np.empty((len(target), self.V))
+        WU, bU = Iv.exact(self.w.W_U), Iv.exact(self.w.b_U)
+        for t in np.unique(target):
+            rows = np.flatnonzero(target == t)
+            diff = I.matmul(x[rows], WU[:, [int(t)]] - WU) + (bU[[int(t)]] - bU)
+            lo[rows], hi[rows] = diff.lo, diff.hi
+        return Iv(lo, hi)

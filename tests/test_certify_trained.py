@@ -1,0 +1,218 @@
+"""The trained-model certificate (python -m lengthgen.certify) against independent oracles.
+
+The oracle is the real model run teacher-forced in float64 on every operand pair (or on random
+ones), scored with the decision margin against the task's Python-integer sums; never the
+certificate's own numbers. Two checks per model: the printed bound is at most the exhaustive exact
+match, and every (pair, answer position) the model gets wrong lies in a configuration the
+certificate left unproven (a proven configuration the model fails is an unsound proof).
+"""
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from constructions.addition.model import build_model
+from lengthgen import certify as cli
+from lengthgen.decode import decided_argmax
+from lengthgen.model import Transformer, TransformerConfig
+from lengthgen.runs import checkpoint_notes, load_checkpoint, with_notes, write_checkpoint
+from lengthgen.tasks import ADDITION
+from tests.cli_checks import assert_one_line_error
+
+START = 2
+COMMITTED = ["addition_coupled_1l2h", "addition_coupled_1l2h_packed", "addition_coupled_1l2h_packed_scaled",
+             "addition_coupled_1l2h_unscaled"]
+
+
+def all_pairs(n: int) -> list[tuple[int, int]]:
+    lo = 10 ** (n - 1) if n > 1 else 0
+    return list(itertools.product(range(lo, 10**n), repeat=2))
+
+
+@torch.inference_mode()
+def forward(model: Transformer, pairs: list[tuple[int, int]], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The float64 model teacher-forced on every pair: [pairs, N + 2] True where it misses the true
+    next token (decision margin), and [pairs, N + 2, V] logit[true token] − logit[each token]."""
+    m64 = copy.deepcopy(model).to(torch.float64)
+    rows, diffs = [], []
+    for i in range(0, len(pairs), 2048):
+        insts = [ADDITION.instance(str(a).zfill(n), str(b).zfill(n), start=START) for a, b in pairs[i:i + 2048]]
+        tokens = torch.as_tensor(np.stack([x.tokens for x in insts]))
+        pos = torch.as_tensor(np.stack([x.pos_ids for x in insts]))
+        first = insts[0].prompt_len - 1
+        for (a, b), inst in zip(pairs[i:i + 2048], insts):  # the layout's answer is the integer sum
+            assert ADDITION.decode(inst.answer_tokens[:-1])[::-1] == str(a + b).zfill(n + 1)
+        logits = m64(tokens[:, :-1], pos[:, :-1], logits_from=first)
+        target = tokens[:, first + 1:]
+        rows.append((decided_argmax(logits) != target).numpy())
+        diffs.append((logits.gather(-1, target[..., None]) - logits).numpy())
+    return np.concatenate(rows), np.concatenate(diffs)
+
+
+def wrong_matrix(model: Transformer, pairs: list[tuple[int, int]], n: int) -> np.ndarray:
+    return forward(model, pairs, n)[0]
+
+
+def config_of(a: int, b: int, n: int, window: tuple[int, int]) -> tuple:
+    """The local configuration (a ≤ b per significance, carry into the window) of one pair."""
+    lo, hi = window
+    da, db = ([(x // 10**j) % 10 for j in range(lo, hi + 1)] for x in (a, b))
+    carry = int((a % 10**lo) + (b % 10**lo) >= 10**lo)
+    return tuple(min(p) for p in zip(da, db)), tuple(max(p) for p in zip(da, db)), carry
+
+
+def assert_sound(model: Transformer, n: int, pairs: list[tuple[int, int]], exhaustive: bool, **kw) -> dict:
+    """Every (pair, position) the model gets wrong is unproven; every real logit difference lies in
+    its configuration's enclosure; with all pairs, the bound is at most the exact match."""
+    results = cli.certify(model, n, START, keep_enclosures=True, **kw)
+    out = cli.summarize(n, results, [])
+    wrong, diffs = forward(model, pairs, n)
+    for res in results:
+        failed = {(tuple(a), tuple(b), c) for a, b, c in res.failed}
+        ca, cb, carry, lo, hi = res.enclosures
+        row_of = {(tuple(x), tuple(y), int(c)): i for i, (x, y, c) in enumerate(zip(ca, cb, carry))}
+        for k, (a, b) in enumerate(pairs):
+            cfg = config_of(a, b, n, res.window)
+            i = row_of[cfg]
+            real = diffs[k, res.r]
+            assert np.all(lo[i] - 1e-8 <= real) and np.all(real <= hi[i] + 1e-8), (a, b, res.r, lo[i], real, hi[i])
+            assert not wrong[k, res.r] or cfg in failed, f"proven but wrong: {a} + {b} at position {res.r}"
+    accuracy = float(np.mean(~wrong.any(axis=1)))
+    if exhaustive:
+        assert out["accuracy_lower_bound"] <= accuracy, (out["accuracy_lower_bound"], accuracy)
+    return {**out, "accuracy": accuracy, "results": results}
+
+
+@pytest.mark.parametrize("name,n", [(name, 1) for name in COMMITTED]
+                         + [pytest.param("addition_coupled_1l2h_packed", 2, marks=pytest.mark.slow)])
+def test_committed_checkpoints_bound_below_exhaustive_accuracy(name, n):
+    """N = 2 for the other checkpoints and N = 3 (810 000 pairs): bench/bench_certify_trained.py."""
+    model, _, _ = load_checkpoint(f"checkpoints/{name}", n)
+    out = assert_sound(model, n, all_pairs(n), exhaustive=True)
+    # at N ≤ 2 the window holds every digit: no key is treated pessimally, so the bound is tight
+    assert out["accuracy_lower_bound"] >= out["accuracy"] - 0.01
+
+
+def test_construction_proven_exact_through_the_generic_path():
+    model, _, _ = load_checkpoint("construction", 6)
+    results = cli.certify(model, 6, START)
+    out = cli.summarize(6, results, cli.find_counterexamples(model, 6, START, results, 5))
+    assert out["verdict"] == "PROVEN_EXACT" and out["accuracy_lower_bound"] == 1.0
+    assert out["configurations_failed"] == 0 and out["counterexamples"] == []
+    assert out["configurations_proven"] == sum(r.configurations for r in results) > 6 * 10**4
+
+
+def test_leaky_construction_keys_outside_the_window_are_pessimal():
+    """Sharpness M = 3: the heads leak attention to every ID, some sums come out wrong. Every wrong
+    (pair, position) must be unproven; the leak to keys outside the window is what breaks them."""
+    n = 4
+    model, _ = build_model(n_digits=n, M=3.0)
+    rng = np.random.default_rng(1)
+    pairs = [(int(a), int(b)) for a, b in zip(rng.integers(1000, 10000, 3000), rng.integers(1000, 10000, 3000))]
+    out = assert_sound(model, n, pairs, exhaustive=False)
+    assert out["accuracy"] < 1 and out["verdict"] != "PROVEN_EXACT"
+    examples = cli.find_counterexamples(model, n, START, out["results"], 3)
+    check_counterexamples(model, n, examples)
+
+
+def check_counterexamples(model: Transformer, n: int, examples: list[dict]) -> None:
+    assert examples
+    for ex in examples:
+        a, b, r = int(ex["a"]), int(ex["b"]), ex["answer_position"]
+        assert wrong_matrix(model, [(a, b)], n)[0, r]
+        truth = str(a + b).zfill(n + 1)[::-1] + "$"
+        assert ex["expected"] == truth[r] and ex["predicted"] != truth[r]
+
+
+def planted_defect(n: int) -> Transformer:
+    """The construction with one MLP unit rewired: the unit that fires for the fewest (pair, answer
+    position) entries (found by forward passes) now also pushes the logits from the digit it helps
+    predict toward 7, so only the sums that unit serves can come out wrong."""
+    model, _ = build_model(n_digits=n)
+    pairs = all_pairs(n)
+    insts = [ADDITION.instance(str(a).zfill(n), str(b).zfill(n), start=START) for a, b in pairs]
+    tokens = torch.as_tensor(np.stack([x.tokens for x in insts]))
+    pos = torch.as_tensor(np.stack([x.pos_ids for x in insts]))
+    first = insts[0].prompt_len - 1
+    with torch.inference_mode():
+        _, acts = model(tokens[:, :-1], pos[:, :-1], return_cache=True)
+    fired = (acts["blocks.0.mlp.hook_post"][:, first:] > 0).flatten(0, 1)
+    counts = fired.sum(0).double()
+    unit = int(torch.where(counts > 0, counts, torch.inf).argmin())
+    helped = int(tokens[:, first + 1:].flatten()[fired[:, unit]].mode().values)
+    assert helped != 7
+    W_U = model.unembed.W_U.detach()
+    push = W_U[:, 7] - W_U[:, helped]
+    with torch.no_grad():
+        model.blocks[0].mlp.W_out[unit] += 3.0 * push / push.dot(push)
+    return model
+
+
+def test_planted_defect_is_found_with_a_real_counterexample():
+    n = 2
+    model = planted_defect(n)
+    out = assert_sound(model, n, all_pairs(n), exhaustive=True)
+    assert 0 < out["accuracy_lower_bound"] < 1 and out["accuracy"] < 1
+    examples = cli.find_counterexamples(model, n, START, out["results"], 5)
+    check_counterexamples(model, n, examples)
+    assert out["accuracy"] > 0.99 and any(ex["predicted"] == "7" for ex in examples)
+
+
+def test_cli_json_fields_and_counterexamples(tmp_path, capsys):
+    model = planted_defect(2)
+    with_notes(model, checkpoint_notes(task="addition", positions="coupled", name="planted", kind="construction"))
+    write_checkpoint(tmp_path / "planted", model, {"made_by": "test"})
+    assert cli.main(["--checkpoint", str(tmp_path / "planted"), "--digits", "2", "--json", "--samples", "50"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {"digits", "verdict", "accuracy_lower_bound", "sampled_accuracy", "configurations_proven",
+            "configurations_failed", "counterexamples", "seconds"} <= set(out)
+    assert out["verdict"] == "LOWER_BOUND" and out["counterexamples"]
+    assert set(out["counterexamples"][0]) == {"a", "b", "answer_position", "expected", "predicted"}
+
+
+def two_layer_checkpoint(tmp_path):
+    cfg = TransformerConfig(d_vocab=13, d_model=8, n_layers=2, n_heads=1, d_head=4, d_mlp=8, n_ctx=10)
+    model = with_notes(Transformer(cfg), checkpoint_notes(task="addition", positions="coupled"))
+    return str(write_checkpoint(tmp_path / "two", model, {}))
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--checkpoint", "checkpoints/addition_ape_1l2h", "--digits", "3"], "coupled positions"),
+    (["--checkpoint", "checkpoints/addition_nope_1l2h", "--digits", "3"], "coupled positions"),
+    (["--checkpoint", "checkpoints/multiplication_nx2_coupled_2l4h", "--digits", "3"], "addition"),
+    (["--checkpoint", "checkpoints/addition_coupled_1l2h", "--digits", "0"], "at least 1"),
+    (["--checkpoint", "checkpoints/addition_coupled_1l2h", "--digits", "16"], "position table"),
+    (["--checkpoint", "checkpoints/addition_coupled_1l2h", "--digits", "3", "--dtype", "float32"], "real"),
+    (["--checkpoint", "no/such/dir", "--digits", "3"], "no such checkpoint"),
+    (["--checkpoint", "checkpoints/addition_coupled_1l2h", "--digits", "x"], "invalid int"),
+])
+def test_cli_bad_input_is_one_line(argv, message, capsys):
+    assert_one_line_error(cli.main, argv, cli.PROG, message, capsys)
+
+
+def test_cli_refuses_two_layers_and_corrupt_files(tmp_path, capsys):
+    assert_one_line_error(cli.main, ["--checkpoint", two_layer_checkpoint(tmp_path), "--digits", "2"], cli.PROG,
+                          "1-layer", capsys)
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"not a weight file")
+    assert_one_line_error(cli.main, ["--checkpoint", str(bad), "--digits", "2"], cli.PROG, "not a readable", capsys)
+
+
+def test_near_ties_within_the_decision_margin_are_not_proven():
+    """b_U of 7 raised to 0.0005 below the smallest margin any target keeps over 7 (from forward
+    passes): those predictions still win, but by less than the decision margin, so they count wrong."""
+    n = 1
+    model, _ = build_model(n_digits=n)
+    pairs = all_pairs(n)
+    _, diffs = forward(model, pairs, n)
+    gap = diffs[..., 7]
+    smallest = float(gap[gap > 0].min())
+    with torch.no_grad():
+        model.unembed.b_U[7] += smallest - 0.0005
+    out = assert_sound(model, n, pairs, exhaustive=True)
+    assert out["accuracy"] < 1 and out["verdict"] != "PROVEN_EXACT"
