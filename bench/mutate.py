@@ -1,4 +1,5 @@
-"""Mutation testing of the proof code, one part at a time: ``make mutate PART=interval``.
+"""Mutation testing of the proof code, one part at a time: ``make mutate PART=interval``
+(docs/certificate.md, "Mutation testing").
 
 mutmut (the ``mutate`` extra) changes one operator, constant or argument of a function at a time
 (a *mutant*) and runs the part's tests against it. A mutant that no test notices (*survived*) is
