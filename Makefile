@@ -36,6 +36,10 @@ $(VENV)/.mutate-installed: $(VENV)/.installed
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[$(EXTRAS),mutate]' "$(TORCH_SPEC)"
 	touch $@
 
+ifneq ($(filter mutate,$(MAKECMDGOALS)),)
+ifndef PART
+$(error usage: make mutate PART=<part> or PART=all; the parts are listed in bench/mutate.py)
+endif
+endif
 mutate: $(VENV)/.mutate-installed
-	@test -n "$(PART)" || { echo "usage: make mutate PART=<part>|all (parts: see bench/mutate.py)" >&2; exit 2; }
 	nice -n 15 $(BIN)/python bench/mutate.py $(PART)

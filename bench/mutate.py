@@ -3,8 +3,9 @@
 
 mutmut (the ``mutate`` extra) changes one operator, constant or argument of a function at a time
 (a *mutant*) and runs the part's tests against it. A mutant that no test notices (*survived*) is
-either *equivalent* (no behaviour can change: the reason is written down in
-``bench/results/mutation/equivalent.txt``) or a gap in the tests. Each part has its own short test
+either a gap in the tests or needs no test: equivalent (no behaviour can change), below the
+resolution of any test, or the same on the CPU (the reason is written down in
+``bench/results/mutation/equivalent.txt``). Each part has its own short test
 selection, so that a part runs in minutes on two CPU cores; mutmut runs, for each mutant, only the
 selected tests that call the mutated function, and gives each mutant a time limit of
 ``timeout_multiplier`` times those tests' duration plus ``timeout_constant`` seconds.
@@ -221,7 +222,10 @@ def run(name: str, report_only: bool = False) -> str:
     write_config(part)
     try:
         if report_only:  # the mutants/ of the last run: after editing equivalent.txt, say
-            seconds = float((ROOT / "mutants" / f"{name}.seconds").read_text())
+            timing = ROOT / "mutants" / f"{name}.seconds"
+            if not timing.exists():
+                sys.exit(f"mutants/ holds no run of part {name}: run it first")
+            seconds = float(timing.read_text())
         else:
             shutil.rmtree(ROOT / "mutants", ignore_errors=True)  # a fresh run: no results of another part
             (ROOT / "mutants").mkdir()
