@@ -1,6 +1,8 @@
 # Quick start:  make demo   (set up, then add two 100000-digit numbers with the Theorem 5.1 transformer)
 #               make test   (set up, then run the proof checks)
-# Also: make bench (long-operand benchmarks), make figures (regenerate figures/ from checkpoints/)
+# Also: make bench (long-operand benchmarks), make figures (regenerate figures/ from checkpoints/),
+#       make mutate PART=interval (mutation testing of one part, niced; PART=all runs every part;
+#       the parts and their tests are listed in bench/mutate.py, the reports go to bench/results/mutation/)
 # The set-up installs torch first, pinned, then the project with the dev and interp (TransformerLens)
 # extras; `make test EXTRAS=dev` skips TransformerLens. Which torch build comes depends on where pip looks:
 # plain PyPI on Linux serves torch==2.13.0 as the CUDA build (several GB with its nvidia packages); a
@@ -14,7 +16,7 @@ TORCH_INDEX ?=
 EXTRAS ?= dev,interp
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test bench figures
+.PHONY: setup demo test bench figures mutate
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -35,3 +37,15 @@ bench: setup
 
 figures: setup
 	PYTHON=$(BIN)/python figures/regenerate.sh
+
+$(VENV)/.mutate-installed: $(VENV)/.installed
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[$(EXTRAS),mutate]' "$(TORCH_SPEC)"
+	touch $@
+
+ifneq ($(filter mutate,$(MAKECMDGOALS)),)
+ifndef PART
+$(error usage: make mutate PART=<part> or PART=all; the parts are listed in bench/mutate.py)
+endif
+endif
+mutate: $(VENV)/.mutate-installed
+	nice -n 15 $(BIN)/python bench/mutate.py $(PART)

@@ -1,0 +1,258 @@
+"""Mutation testing of the proof code, one part at a time: ``make mutate PART=interval``
+(docs/certificate.md, "Mutation testing").
+
+mutmut (the ``mutate`` extra) changes one operator, constant or argument of a function at a time
+(a *mutant*) and runs the part's tests against it. A mutant that no test notices (*survived*) is
+either a gap in the tests or needs no test: equivalent (no behaviour can change), below the
+resolution of any test, or the same on the CPU (the reason is written down in
+``bench/results/mutation/equivalent.txt``). Each part has its own short test
+selection, so that a part runs in minutes on two CPU cores; mutmut runs, for each mutant, only the
+selected tests that call the mutated function, and gives each mutant a time limit of
+``timeout_multiplier`` times those tests' duration plus ``timeout_constant`` seconds.
+
+Writes ``bench/results/mutation/PART.md``: the counts (killed / survived / no tests / timeout),
+the wall time, and every mutant that was not killed (file:line and the diff), equivalent or open.
+``no tests``: no selected test calls the mutated function at all.
+
+mutmut copies ``src``, ``constructions`` and ``rasp`` into ``mutants/`` (scratch, git-ignored) and
+reads its settings from a ``setup.cfg`` that this script writes for the run and removes after it.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results" / "mutation"
+EQUIVALENTS = RESULTS / "equivalent.txt"
+CONFIG = ROOT / "setup.cfg"
+MARK = "# written by bench/mutate.py for one run; removed after it"
+
+
+@dataclass(frozen=True)
+class Part:
+    files: tuple[str, ...]
+    tests: tuple[str, ...]
+    # forkserver: a worker forked from mutmut's main process inherits torch's thread pool and hangs
+    # once a test runs a torch kernel; "fork" is faster and safe where the tests do no torch work
+    isolation: str = "forkserver"
+
+
+PARTS = {
+    "interval": Part(
+        ("src/lengthgen/proof/interval.py",),
+        ("tests/test_certify_interval.py", "tests/test_interval_mutants.py"),
+        isolation="fork",
+    ),
+    "decode": Part(
+        ("src/lengthgen/decode.py",),
+        (
+            "tests/test_decode_mutants.py",
+            "tests/test_model.py::test_greedy_generate_is_argmax_of_full_forward",
+            "tests/test_model.py::test_decided_argmax_needs_a_margin",
+            "tests/test_model.py::test_greedy_decoding_ends_at_an_undecided_step",
+            "tests/test_addition_decided.py::test_a_bfloat16_near_tie_is_wrong_in_both_modes",
+        ),
+    ),
+    "proof": Part(
+        (
+            "src/lengthgen/proof/attention.py",
+            "src/lengthgen/proof/keys.py",
+            "src/lengthgen/proof/rounding.py",
+        ),
+        ("tests/test_certify_margins.py", "tests/test_copying_certify.py::test_margins_pass_for_built_models"),
+    ),
+    "addition": Part(
+        ("constructions/addition/certify/margins.py", "constructions/addition/certify/ffn.py"),
+        ("tests/test_certify_margins.py",),
+    ),
+    "multiplication": Part(
+        (
+            "constructions/multiplication/certify/margins.py",
+            "constructions/multiplication/certify/mlp.py",
+            "constructions/multiplication/certify/attention.py",
+        ),
+        ("tests/test_multiplication_certify.py", "-k", "not cli"),
+    ),
+    "copying": Part(
+        ("constructions/copying/certify/margins.py",),
+        tuple(f"tests/test_copying_certify.py::test_{t}" for t in (
+            "a_lowered_sink_key_fails", "a_removed_readout_margin_fails", "too_small_M_fails_with_leak",
+            "margins_pass_for_built_models[real-copy]",
+            "certified_attention_bound_contains_the_measured_deviation[copy]")),
+    ),
+    "rasp": Part(
+        ("rasp/weights/*.py",),
+        ("tests/test_rasp_weights_compiler.py", "tests/test_rasp_weights_programs.py"),
+    ),
+}
+
+
+def write_config(part: Part) -> None:
+    if CONFIG.exists() and not CONFIG.read_text().startswith(MARK):
+        sys.exit(f"{CONFIG.name} exists and was not written by this script; not touching it")
+    lines = [MARK, "[mutmut]", "source_paths =", "    src", "    constructions", "    rasp", "only_mutate ="]
+    lines += [f"    {f}" for f in part.files]
+    lines += ["pytest_add_cli_args_test_selection ="] + [f"    {t}" for t in part.tests]
+    lines += ["pytest_add_cli_args =", "    -p", "    no:cacheprovider"]
+    lines += [f"process_isolation = {part.isolation}", "timeout_multiplier = 10.0", "timeout_constant = 10.0", ""]
+    CONFIG.write_text("\n".join(lines))
+
+
+def collect() -> list[Mutant]:
+    """Every mutant of the last run with its status, and the diff of those not killed (mutmut 3.8's
+    own functions, in this process: one ``mutmut show`` per mutant would start Python each time)."""
+    from mutmut import configuration
+    from mutmut.mutation.data import SourceFileMutationData
+    from mutmut.mutation.diff_apply import get_diff_for_mutant
+    from mutmut.stats import status_by_exit_code
+    from mutmut.utils.file_utils import walk_mutatable_files
+
+    configuration.reset_config()
+    mutants = []
+    for path in walk_mutatable_files():
+        data = SourceFileMutationData(path=path)
+        data.load()
+        for key, code in data.exit_code_by_key.items():
+            m = Mutant(key, status_by_exit_code[code])
+            if m.status != "killed":
+                m.diff = get_diff_for_mutant(key, path=path)
+                locate(m)
+            mutants.append(m)
+    return mutants
+
+
+@dataclass
+class Mutant:
+    name: str
+    status: str
+    diff: str = ""
+    path: str = ""
+    function: str = ""
+    line: int = 0
+
+    @property
+    def change(self) -> list[str]:
+        """The diff's changed lines ('- old', '+ new'), stripped: the mutant's identity."""
+        return [f"{s[0]} {s[1:].strip()}" for s in self.diff.splitlines()
+                if s[:1] in "+-" and not s.startswith(("---", "+++"))]
+
+
+def function_name(mutant: str) -> str:
+    """``pkg.mod.xǁIvǁ__add____mutmut_3`` -> ``Iv.__add__``; ``pkg.mod.x_gamma__mutmut_1`` -> ``gamma``."""
+    local = re.sub(r"__mutmut_\d+$", "", mutant.rsplit(".", 1)[1])
+    if local.startswith("xǁ"):
+        return ".".join(local[2:].split("ǁ"))
+    return local[2:]
+
+
+def locate(m: Mutant) -> None:
+    """File and line of the mutated line, from the diff's hunk and the function's ``def`` line."""
+    m.path = re.search(r"^--- (\S+)", m.diff, re.M).group(1)
+    m.function = function_name(m.name)
+    tree = ast.parse((ROOT / m.path).read_text())
+    defs = {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            defs |= {f"{node.name}.{f.name}": f.lineno for f in node.body if isinstance(f, ast.FunctionDef)}
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            defs[node.name] = node.lineno
+    body = m.diff.split("\n@@", 1)[1].splitlines()
+    line = int(re.match(r" -(\d+)", body[0]).group(1))
+    for text in body[1:]:
+        if text.startswith("-"):
+            break
+        line += 1
+    m.line = defs.get(m.function, 1) + line - 1
+
+
+def read_equivalents() -> dict[tuple[str, str, tuple[str, ...]], str]:
+    """Blocks separated by blank lines: ``path: function``, the diff's ``-``/``+`` lines, the reason."""
+    known = {}
+    text = EQUIVALENTS.read_text() if EQUIVALENTS.exists() else ""
+    for block in re.split(r"\n\s*\n", text):
+        rows = [r for r in block.strip().splitlines() if not r.startswith("#")]
+        if not rows:
+            continue
+        path, function = (s.strip() for s in rows[0].split(":", 1))
+        change = tuple(f"{r[0]} {r[1:].strip()}" for r in rows[1:] if r[:1] in "+-")
+        reason = " ".join(r.strip() for r in rows[1:] if r[:1] not in "+-")
+        known[(path, function, change)] = reason
+    return known
+
+
+def report(name: str, part: Part, mutants: list[Mutant], seconds: float) -> str:
+    counts = {s: sum(m.status == s for m in mutants) for s in ("killed", "survived", "no tests", "timeout")}
+    other = len(mutants) - sum(counts.values())
+    known = read_equivalents()
+    left = sorted((m for m in mutants if m.status not in ("killed", "timeout")), key=lambda m: (m.path, m.line))
+    equivalent = [(m, known[(m.path, m.function, tuple(m.change))]) for m in left
+                  if (m.path, m.function, tuple(m.change)) in known]
+    open_ = [m for m in left if (m.path, m.function, tuple(m.change)) not in known]
+    kinds = {}
+    for _, why in equivalent:  # "equivalent: ...", "below resolution: ...", "cpu-only: ..."
+        kind = why.split(":", 1)[0]
+        kinds[kind] = kinds.get(kind, 0) + 1
+    known_text = "".join(f"{n} {kind}, " for kind, n in sorted(kinds.items()))
+    summary = (f"{name}: {len(mutants)} mutants, killed {counts['killed']}, survived {counts['survived']}, "
+               f"no tests {counts['no tests']}, timeout {counts['timeout']}, other {other}; "
+               f"of those not killed: {known_text}{len(open_)} open; {seconds:.0f} s wall")
+    out = [f"# Mutation testing: part `{name}`", "", "Written by `make mutate PART=" + name + "` (bench/mutate.py).",
+           "", "Mutated: " + ", ".join(f"`{f}`" for f in part.files),
+           "Tests: " + " ".join(f"`{t}`" for t in part.tests), "", summary, ""]
+    out += [f"## Open ({len(open_)}): a test should kill these, or they go to equivalent.txt with a reason", ""]
+    for m in open_:
+        out += [f"### {m.path}:{m.line} `{m.function}` ({m.status})", "", "```diff", m.diff.strip(), "```", ""]
+    out += [f"## Known ({len(equivalent)}): equivalent and the like, see bench/results/mutation/equivalent.txt", ""]
+    out += [f"- {m.path}:{m.line} `{m.function}`: `{' / '.join(m.change)}`: {why}" for m, why in equivalent]
+    (RESULTS / f"{name}.md").write_text("\n".join(out) + "\n")
+    return summary
+
+
+def run(name: str, report_only: bool = False) -> str:
+    part = PARTS[name]
+    write_config(part)
+    try:
+        if report_only:  # the mutants/ of the last run: after editing equivalent.txt, say
+            timing = ROOT / "mutants" / f"{name}.seconds"
+            if not timing.exists():
+                sys.exit(f"mutants/ holds no run of part {name}: run it first")
+            seconds = float(timing.read_text())
+        else:
+            shutil.rmtree(ROOT / "mutants", ignore_errors=True)  # a fresh run: no results of another part
+            (ROOT / "mutants").mkdir()
+            start = time.monotonic()
+            with open(ROOT / "mutants" / f"{name}.log", "w") as log:
+                subprocess.run([sys.executable, "-m", "mutmut", "run"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+            seconds = time.monotonic() - start
+            (ROOT / "mutants" / f"{name}.seconds").write_text(f"{seconds:.1f}\n")
+        mutants = collect()
+    finally:
+        CONFIG.unlink(missing_ok=True)
+    if not mutants:
+        sys.exit(f"mutmut ran no mutants; see mutants/{name}.log")
+    return report(name, part, mutants, seconds)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("part", choices=[*PARTS, "all"], help="which part to mutate (all: one after another)")
+    parser.add_argument("--report-only", action="store_true",
+                        help="no new run: write the report again from the last run's mutants/ (same part)")
+    args = parser.parse_args()
+    os.chdir(ROOT)  # mutmut reads setup.cfg and mutants/ from the working directory
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    for name in PARTS if args.part == "all" else [args.part]:
+        print(run(name, args.report_only), flush=True)
+
+
+if __name__ == "__main__":
+    main()
