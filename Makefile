@@ -1,8 +1,8 @@
 # Quick start:  make demo   (set up, then add two 100000-digit numbers with the Theorem 5.1 transformer)
 #               make test   (set up, then run the proof checks)
 # Also: make bench (long-operand benchmarks), make figures (regenerate figures/ from checkpoints/)
-# The set-up installs torch first, pinned, then the project with the dev and interp (TransformerLens)
-# extras; `make test EXTRAS=dev` skips TransformerLens. Which torch build comes depends on where pip looks:
+# The set-up installs torch first, pinned, then the project with the dev and interp (TransformerLens 4)
+# extras; `make test EXTRAS=dev` skips TransformerLens, `EXTRAS=dev,interp3` installs 3.9.0 instead. Which torch build comes depends on where pip looks:
 # plain PyPI on Linux serves torch==2.13.0 as the CUDA build (several GB with its nvidia packages); a
 # local wheel directory or index that holds 2.13.0+cpu gives the CPU build. For the CPU build from
 # PyTorch's own CPU wheel index:  make setup TORCH_INDEX=https://download.pytorch.org/whl/cpu
