@@ -106,15 +106,39 @@ def single_carry_pairs(rng: np.random.Generator, n: int, samples: int) -> tuple[
     return a, b, a2, b2, carry_col
 
 
-def patch_flips(model, n: int, samples: int, seed: int = 0) -> dict[str, np.ndarray]:
-    """Per patched head: flip rate of each answer offset (OFFSETS), and the fraction of c_{i+1}
-    flips that land on the carry-free digit."""
+def carry_runs(n: int, samples: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, np.ndarray]:
+    """``(carry_tokens, free_tokens, pos_ids, carry_column)`` of :func:`single_carry_pairs`, laid
+    out with coupled position IDs (the same IDs for both runs of a pair)."""
     rng = np.random.default_rng([seed, n])
     a, b, a2, b2, col = single_carry_pairs(rng, n, samples)
     lengths = np.full(samples, n)
     carry_tok, pos, _ = layout(a, b, lengths, "coupled").to_torch()
     free_tok, pos2, _ = layout(a2, b2, lengths, "coupled").to_torch()
     assert torch.equal(pos, pos2)
+    return carry_tok, free_tok, pos, col
+
+
+def flip_rates(base: torch.Tensor, patched: torch.Tensor, col: np.ndarray, free_tok: torch.Tensor, n: int) -> np.ndarray:
+    """Flip rate of each answer offset (OFFSETS) between two prediction tables ``[B, n + 2]``, and
+    the fraction of c_{i+1} flips that land on the carry-free digit."""
+    samples = len(col)
+    flipped = (patched != base).numpy()
+    rates = []
+    for d in OFFSETS:
+        j = col + d  # answer index j: c_j (j = n + 1 is the final '$')
+        ok = (j >= 0) & (j <= n + 1)
+        rates.append(flipped[np.nonzero(ok)[0], j[ok]].mean() if ok.any() else np.nan)
+    j1 = col + 1
+    free_digit = free_tok[:, 2 * n + 3 :].numpy()[np.arange(samples), j1]
+    hits = flipped[np.arange(samples), j1]
+    to_free = (patched.numpy()[np.arange(samples), j1] == free_digit)[hits].mean() if hits.any() else np.nan
+    return np.array(rates + [to_free])
+
+
+def patch_flips(model, n: int, samples: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Per patched head: :func:`flip_rates` of the carry run with that head's ``hook_z`` taken
+    from the carry-free run."""
+    carry_tok, free_tok, pos, col = carry_runs(n, samples, seed)
     with torch.inference_mode():
         _, free_cache = model.run_with_cache(free_tok[:, :-1], pos[:, :-1], names_filter=HOOK_Z, return_cache_object=False)
     base = answer_predictions(model, carry_tok, pos, n, [])
@@ -126,17 +150,7 @@ def patch_flips(model, n: int, samples: int, seed: int = 0) -> dict[str, np.ndar
             return z
 
         patched = answer_predictions(model, carry_tok, pos, n, [(HOOK_Z, patch)])
-        flipped = (patched != base).numpy()
-        rates = []
-        for d in OFFSETS:
-            j = col + d  # answer index j: c_j (j = n + 1 is the final '$')
-            ok = (j >= 0) & (j <= n + 1)
-            rates.append(flipped[np.nonzero(ok)[0], j[ok]].mean() if ok.any() else np.nan)
-        j1 = col + 1
-        free_digit = free_tok[:, 2 * n + 3 :].numpy()[np.arange(samples), j1]
-        hits = flipped[np.arange(samples), j1]
-        to_free = (patched.numpy()[np.arange(samples), j1] == free_digit)[hits].mean() if hits.any() else np.nan
-        out[f"head {head + 1}"] = np.array(rates + [to_free])
+        out[f"head {head + 1}"] = flip_rates(base, patched, col, free_tok, n)
     return out
 
 

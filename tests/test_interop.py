@@ -362,11 +362,11 @@ def test_transformer_lens_4_names_the_native_route():
         assert "model.run_with_cache(tokens, pos_ids)" in message and ".[interp3]" in message
 
 
-def _patching_example():
+def _patching_example(name: str = "patching.py"):
     import importlib.util
 
-    path = Path(__file__).resolve().parents[1] / "examples" / "patching.py"
-    spec = importlib.util.spec_from_file_location("patching_example", path)
+    path = Path(__file__).resolve().parents[1] / "examples" / name
+    spec = importlib.util.spec_from_file_location(Path(name).stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -389,6 +389,20 @@ def test_patching_example_construction_heads_mean_their_names(tmp_path, capsys):
                          "--out", str(out)]) == 0
     assert out.is_file() and out.with_suffix(".pdf").is_file() and "exact match" in capsys.readouterr().out
     assert example.main(["--max-digits", "16"]) == 2
+
+
+def test_nnsight_example_gives_the_patching_numbers():
+    """The same carry patching traced by nnsight (examples/nnsight_patching.py) gives the same
+    flip table as run_with_hooks, and head 2 carries the carry."""
+    pytest.importorskip("nnsight", reason="nnsight not installed")
+    model = build_model(n_digits=6, dtype="float64")[0]
+    hooks = _patching_example().patch_flips(model, n=6, samples=60)
+    traced = _patching_example("nnsight_patching.py").nnsight_patch_flips(model, n=6, samples=60)
+    assert list(traced) == list(hooks) == ["head 1", "head 2"]
+    for head in hooks:
+        np.testing.assert_array_equal(traced[head], hooks[head])
+    offsets = list(_patching_example().OFFSETS)
+    np.testing.assert_array_equal(traced["head 2"], [1.0 if d == 1 else 0.0 for d in offsets] + [1.0])
 
 
 def test_missing_transformer_lens_names_the_extra(monkeypatch):
