@@ -3,8 +3,8 @@
 # Also: make bench (long-operand benchmarks), make figures (regenerate figures/ from checkpoints/),
 #       make mutate PART=interval (mutation testing of one part, niced; PART=all runs every part;
 #       the parts and their tests are listed in bench/mutate.py, the reports go to bench/results/mutation/)
-# The set-up installs torch first, pinned, then the project with the dev and interp (TransformerLens)
-# extras; `make test EXTRAS=dev` skips TransformerLens. Which torch build comes depends on where pip looks:
+# The set-up installs torch first, pinned, then the project with the dev and interp (TransformerLens 4)
+# extras; `make test EXTRAS=dev` skips TransformerLens, `EXTRAS=dev,interp3` installs 3.9.0 instead. Which torch build comes depends on where pip looks:
 # plain PyPI on Linux serves torch==2.13.0 as the CUDA build (several GB with its nvidia packages); a
 # local wheel directory or index that holds 2.13.0+cpu gives the CPU build. For the CPU build from
 # PyTorch's own CPU wheel index:  make setup TORCH_INDEX=https://download.pytorch.org/whl/cpu

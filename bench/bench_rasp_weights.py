@@ -164,8 +164,8 @@ def first_wrong_sop(compiled, prog, trace, position: int) -> str:
     x = ct.model.embed_input(torch.tensor([ct.encode(trace[:position + 1])]), None)
     resid = [x]
     with torch.no_grad():
-        for layer, block in enumerate(ct.model.blocks):
-            x = block(x, 0, None, layer, None, f"blocks.{layer}")
+        for block in ct.model.blocks:
+            x = block(x)
             resid.append(x)
     for node in sorted(ct.program.nodes, key=lambda nd: nd.slot):
         if node.encoding in ("tuple",):

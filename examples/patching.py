@@ -1,7 +1,6 @@
-"""Head ablation and activation patching in TransformerLens, on the Theorem 5.1 construction and
-on a trained model side by side.
+"""Head ablation and activation patching with TransformerLens-style hooks, on the Theorem 5.1
+construction and on a trained model side by side.
 
-    pip install -e ".[interp]"
     python examples/patching.py                 # prints the numbers, writes figures/patching.{png,pdf}
     python examples/patching.py --samples 100 --out /tmp/patching.png
 
@@ -10,6 +9,9 @@ Both models are 1-layer, 2-head addition transformers with coupled position IDs 
 next-more-significant operand digits (sum without carry), head 2 gathers the digits of equal
 significance and the answer digit, from which the MLP derives the carry (and the end of the answer).
 The trained model is ``checkpoints/addition_coupled_1l2h_packed`` (trained on 1–5 digits).
+
+The hooks are the models' own (TransformerLens's names, ``model.run_with_hooks(tokens, pos_ids,
+fwd_hooks=...)``, :mod:`lengthgen.hooks`): no conversion, and TransformerLens need not be installed.
 
 1. **Zero ablation.** Each head's output (``blocks.0.attn.hook_z[:, :, h]``) is set to 0; exact
    match (every answer digit and the final ``$`` predicted with a margin, teacher forced) is
@@ -34,7 +36,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from lengthgen.cli import ArgumentParser, UsageError, fail, run_cli
+from lengthgen.cli import ArgumentParser, UsageError, run_cli
 from lengthgen.data import eval_batch, layout
 from lengthgen.decode import decided_argmax
 
@@ -45,13 +47,11 @@ HOOK_Z = "blocks.0.attn.hook_z"
 OFFSETS = range(-2, 4)  # answer digit c_{i+d} relative to the carry column i
 
 
-def answer_predictions(hooked, tokens: torch.Tensor, pos: torch.Tensor, n: int, hooks: list) -> torch.Tensor:
+def answer_predictions(model, tokens: torch.Tensor, pos: torch.Tensor, n: int, hooks: list) -> torch.Tensor:
     """Teacher-forced predictions of c_0 .. c_n and the final ``$`` ([B, n + 2]; -1 = no margin)."""
-    from lengthgen.interop import position_id_hook
-
     first = 2 * n + 2  # '=' predicts c_0
     with torch.inference_mode():
-        logits = hooked.run_with_hooks(tokens[:, :-1], fwd_hooks=[position_id_hook(hooked, pos[:, :-1]), *hooks])
+        logits = model.run_with_hooks(tokens[:, :-1], pos[:, :-1], fwd_hooks=hooks)
     return decided_argmax(logits[:, first:])
 
 
@@ -64,14 +64,14 @@ def zero_head(head: int) -> tuple[str, Callable]:
     return HOOK_Z, fn
 
 
-def ablation_table(hooked, lengths: list[int], samples: int) -> dict[str, list[float]]:
+def ablation_table(model, lengths: list[int], samples: int) -> dict[str, list[float]]:
     """Exact match per length with no ablation and with each head zero-ablated."""
     table: dict[str, list[float]] = {"none": [], "head 1": [], "head 2": []}
     for n in lengths:
         tokens, pos, _ = eval_batch(np.random.default_rng([7, n]), samples, n, "coupled").to_torch()
         targets = tokens[:, 2 * n + 3 :]
         for label, hooks in (("none", []), ("head 1", [zero_head(0)]), ("head 2", [zero_head(1)])):
-            right = answer_predictions(hooked, tokens, pos, n, hooks) == targets
+            right = answer_predictions(model, tokens, pos, n, hooks) == targets
             table[label].append(float(right.all(dim=1).double().mean()))
     return table
 
@@ -106,19 +106,42 @@ def single_carry_pairs(rng: np.random.Generator, n: int, samples: int) -> tuple[
     return a, b, a2, b2, carry_col
 
 
-def patch_flips(hooked, n: int, samples: int, seed: int = 0) -> dict[str, np.ndarray]:
-    """Per patched head: flip rate of each answer offset (OFFSETS), and the fraction of c_{i+1}
-    flips that land on the carry-free digit."""
-    from lengthgen.interop import run_with_position_ids
-
+def carry_runs(n: int, samples: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, np.ndarray]:
+    """``(carry_tokens, free_tokens, pos_ids, carry_column)`` of :func:`single_carry_pairs`, laid
+    out with coupled position IDs (the same IDs for both runs of a pair)."""
     rng = np.random.default_rng([seed, n])
     a, b, a2, b2, col = single_carry_pairs(rng, n, samples)
     lengths = np.full(samples, n)
     carry_tok, pos, _ = layout(a, b, lengths, "coupled").to_torch()
     free_tok, pos2, _ = layout(a2, b2, lengths, "coupled").to_torch()
     assert torch.equal(pos, pos2)
-    _, free_cache = run_with_position_ids(hooked, free_tok[:, :-1], pos[:, :-1], names_filter=HOOK_Z)
-    base = answer_predictions(hooked, carry_tok, pos, n, [])
+    return carry_tok, free_tok, pos, col
+
+
+def flip_rates(base: torch.Tensor, patched: torch.Tensor, col: np.ndarray, free_tok: torch.Tensor, n: int) -> np.ndarray:
+    """Flip rate of each answer offset (OFFSETS) between two prediction tables ``[B, n + 2]``, and
+    the fraction of c_{i+1} flips that land on the carry-free digit."""
+    samples = len(col)
+    flipped = (patched != base).numpy()
+    rates = []
+    for d in OFFSETS:
+        j = col + d  # answer index j: c_j (j = n + 1 is the final '$')
+        ok = (j >= 0) & (j <= n + 1)
+        rates.append(flipped[np.nonzero(ok)[0], j[ok]].mean() if ok.any() else np.nan)
+    j1 = col + 1
+    free_digit = free_tok[:, 2 * n + 3 :].numpy()[np.arange(samples), j1]
+    hits = flipped[np.arange(samples), j1]
+    to_free = (patched.numpy()[np.arange(samples), j1] == free_digit)[hits].mean() if hits.any() else np.nan
+    return np.array(rates + [to_free])
+
+
+def patch_flips(model, n: int, samples: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Per patched head: :func:`flip_rates` of the carry run with that head's ``hook_z`` taken
+    from the carry-free run."""
+    carry_tok, free_tok, pos, col = carry_runs(n, samples, seed)
+    with torch.inference_mode():
+        _, free_cache = model.run_with_cache(free_tok[:, :-1], pos[:, :-1], names_filter=HOOK_Z, return_cache_object=False)
+    base = answer_predictions(model, carry_tok, pos, n, [])
     out = {}
     for head in (0, 1):
         def patch(z: torch.Tensor, hook, head=head) -> torch.Tensor:
@@ -126,30 +149,18 @@ def patch_flips(hooked, n: int, samples: int, seed: int = 0) -> dict[str, np.nda
             z[:, :, head] = free_cache[HOOK_Z][:, :, head]
             return z
 
-        patched = answer_predictions(hooked, carry_tok, pos, n, [(HOOK_Z, patch)])
-        flipped = (patched != base).numpy()
-        rates = []
-        for d in OFFSETS:
-            j = col + d  # answer index j: c_j (j = n + 1 is the final '$')
-            ok = (j >= 0) & (j <= n + 1)
-            rates.append(flipped[np.nonzero(ok)[0], j[ok]].mean() if ok.any() else np.nan)
-        j1 = col + 1
-        free_digit = free_tok[:, 2 * n + 3 :].numpy()[np.arange(samples), j1]
-        hits = flipped[np.arange(samples), j1]
-        to_free = (patched.numpy()[np.arange(samples), j1] == free_digit)[hits].mean() if hits.any() else np.nan
-        out[f"head {head + 1}"] = np.array(rates + [to_free])
+        patched = answer_predictions(model, carry_tok, pos, n, [(HOOK_Z, patch)])
+        out[f"head {head + 1}"] = flip_rates(base, patched, col, free_tok, n)
     return out
 
 
-def attention_roles(hooked, n: int, samples: int) -> dict[str, tuple[float, float]]:
+def attention_roles(model, n: int, samples: int) -> dict[str, tuple[float, float]]:
     """Per head: mean attention from answer token c_i (which predicts c_{i+1}) to the operand
     digits of column i (a_i, b_i) and of column i + 1 (a_{i+1}, b_{i+1}), i = 0 .. n-2."""
-    from lengthgen.interop import run_with_position_ids
-
     tokens, pos, _ = eval_batch(np.random.default_rng([8, n]), samples, n, "coupled").to_torch()
     name = "blocks.0.attn.hook_pattern"
     with torch.inference_mode():
-        _, cache = run_with_position_ids(hooked, tokens[:, :-1], pos[:, :-1], names_filter=name)
+        _, cache = model.run_with_cache(tokens[:, :-1], pos[:, :-1], names_filter=name, return_cache_object=False)
     pattern = cache[name].double().mean(0)  # [head, query, key]
     i = torch.arange(n - 1)
     query = 2 * n + 3 + i  # c_i; a_j sits at index n - j, b_j at 2n + 1 - j
@@ -163,13 +174,11 @@ def attention_roles(hooked, n: int, samples: int) -> dict[str, tuple[float, floa
 
 def load_models(max_digits: int) -> dict[str, object]:
     from constructions.addition import build_model
-    from lengthgen.interop import to_hooked_transformer
     from lengthgen.runs import load_trained
 
     construction, _ = build_model(n_digits=max_digits, dtype="float64")
     trained, _, _ = load_trained(TRAINED)
-    return {"Theorem 5.1 construction": to_hooked_transformer(construction),
-            "trained (coupled, packed, 1-5 digits)": to_hooked_transformer(trained)}
+    return {"Theorem 5.1 construction": construction, "trained (coupled, packed, 1-5 digits)": trained}
 
 
 def head_label(res: dict, label: str) -> str:
@@ -230,18 +239,14 @@ def _main(argv: list[str] | None) -> int:
     args = parser().parse_args(argv)
     if min(args.samples, args.patch_samples) < 1 or not 1 <= args.patch_digits <= args.max_digits <= 15:
         raise UsageError("need --samples >= 1 and 1 <= --patch-digits <= --max-digits <= 15")
-    try:
-        import transformer_lens  # noqa: F401
-    except ImportError:
-        return fail(PROG, 'TransformerLens is not installed; install the extra: pip install -e ".[interp]"')
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
     lengths = list(range(1, args.max_digits + 1))
     results = {}
-    for name, hooked in load_models(args.max_digits).items():
-        results[name] = {"ablation": ablation_table(hooked, lengths, args.samples),
-                         "patching": patch_flips(hooked, args.patch_digits, args.patch_samples),
-                         "roles": attention_roles(hooked, args.patch_digits, args.patch_samples), "patch_n": args.patch_digits}
+    for name, model in load_models(args.max_digits).items():
+        results[name] = {"ablation": ablation_table(model, lengths, args.samples),
+                         "patching": patch_flips(model, args.patch_digits, args.patch_samples),
+                         "roles": attention_roles(model, args.patch_digits, args.patch_samples), "patch_n": args.patch_digits}
     for name, res in results.items():
         print(f"\n{name}")
         print(f"  attention from answer digit c_i (predicts c_(i+1)), n = {args.patch_digits}:")

@@ -128,7 +128,7 @@ def ffn_outputs(model, inputs: list[dict[str, float]]) -> torch.Tensor:
         [[values.get(name, 0.0) for name in names] for values in inputs], dtype=torch.float64)
     block = model.blocks[0]
     with torch.no_grad():
-        return x + block.mlp(x.to(model.cfg.torch_dtype), None, "").double()
+        return x + block.mlp(x.to(model.cfg.torch_dtype)).double()
 
 
 @pytest.mark.parametrize("perturbed", [False, True])

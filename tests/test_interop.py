@@ -3,8 +3,9 @@
 The references are independent of the converter: lengthgen's own forward pass (logits and
 attention patterns), Python's ``a + b`` (through ``lengthgen.evaluate`` on a HookedTransformer
 configured by hand here), and TransformerLens's own forward pass on its default positions.
-Needs the ``interp`` extra (``pip install -e ".[interp]"``); without it every test but the
-missing-dependency message is skipped.
+The converters need TransformerLens 3.x (``pip install -e ".[interp3]"``): without it, or under
+TransformerLens 4.x (the ``interp`` extra), the conversion tests are skipped; the 4.x message and
+the missing-dependency message have their own tests, and the patching example (native hooks) always runs.
 """
 from __future__ import annotations
 
@@ -28,10 +29,17 @@ TOL = {"float64": 1e-9, "float32": 1e-5}
 pytestmark = pytest.mark.filterwarnings("ignore:HookedTransformer is deprecated:DeprecationWarning")
 
 
+def _has_hooked_transformer(tl) -> bool:
+    try:  # TransformerLens 4 answers the removed names with an ImportError, even to hasattr
+        return hasattr(tl, "HookedTransformerConfig")
+    except ImportError:
+        return False
+
+
 def _transformer_lens():
-    tl = pytest.importorskip("transformer_lens", reason='TransformerLens not installed (pip install -e ".[interp]")')
-    if not hasattr(tl, "HookedTransformerConfig"):
-        pytest.skip("installed TransformerLens has no HookedTransformer (4.x); the interp extra pins 3.x")
+    tl = pytest.importorskip("transformer_lens", reason='TransformerLens not installed (pip install -e ".[interp3]")')
+    if not _has_hooked_transformer(tl):
+        pytest.skip("installed TransformerLens has no HookedTransformer (4.x): conversion tests need 3.x")
     return tl
 
 
@@ -320,27 +328,61 @@ def test_refuses_unknown_lengthgen_config_fields(interop):
         interop.to_hooked_transformer(model)
 
 
-def _patching_example():
+def test_conversion_keeps_the_parameters_dtype(interop):
+    """``model.double()`` casts the parameters but not ``cfg.dtype``; the hooked model follows the
+    parameters (float64), computes what the float64 model computes, and converts back as float64."""
+    model = random_model(TransformerConfig(d_vocab=13, d_model=16, d_head=4, n_heads=2, n_ctx=12,
+                                           normalization="LN", act_fn="gelu"), seed=2).double()
+    assert model.cfg.dtype == "float32"
+    hooked = interop.to_hooked_transformer(model)
+    assert hooked.cfg.dtype == torch.float64 and {p.dtype for p in hooked.parameters()} == {torch.float64}
+    tokens = torch.randint(0, 13, (3, 12), generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        torch.testing.assert_close(hooked(tokens), model(tokens), rtol=0, atol=1e-12)
+    back = interop.from_hooked_transformer(hooked)
+    assert back.cfg.dtype == "float64" and back.annotations == model.annotations
+    assert all(torch.equal(back.state_dict()[k], v) for k, v in model.state_dict().items())
+    model.unembed.b_U.data = model.unembed.b_U.data.float()
+    with pytest.raises(interop.InteropError, match="mix dtypes"):
+        interop.to_hooked_transformer(model)
+
+
+def test_transformer_lens_4_names_the_native_route():
+    tl = pytest.importorskip("transformer_lens", reason="TransformerLens not installed")
+    if _has_hooked_transformer(tl):
+        pytest.skip("TransformerLens 3.x is installed: the converters work")
+    from lengthgen import interop
+
+    model = Transformer(TransformerConfig(d_vocab=13, d_model=16, d_head=4))
+    for call in (lambda: interop.to_hooked_transformer(model), lambda: interop.from_hooked_transformer(object())):
+        with pytest.raises(ImportError) as err:
+            call()
+        message = str(err.value)
+        assert "\n" not in message and "TransformerLens 4 removed" in message
+        assert "model.run_with_cache(tokens, pos_ids)" in message and ".[interp3]" in message
+
+
+def _patching_example(name: str = "patching.py"):
     import importlib.util
 
-    path = Path(__file__).resolve().parents[1] / "examples" / "patching.py"
-    spec = importlib.util.spec_from_file_location("patching_example", path)
+    path = Path(__file__).resolve().parents[1] / "examples" / name
+    spec = importlib.util.spec_from_file_location(Path(name).stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-def test_patching_example_construction_heads_mean_their_names(interop, tmp_path, capsys):
+def test_patching_example_construction_heads_mean_their_names(tmp_path, capsys):
     """Theorem 5.1's head 2 carries the carry: patching it from a carry-free partner flips exactly
     the digit that receives the carry, to the carry-free digit; patching head 1 flips nothing."""
     example = _patching_example()
-    hooked = interop.to_hooked_transformer(build_model(n_digits=6, dtype="float64")[0])
-    flips = example.patch_flips(hooked, n=6, samples=60)
+    model = build_model(n_digits=6, dtype="float64")[0]
+    flips = example.patch_flips(model, n=6, samples=60)
     offsets = list(example.OFFSETS)
     expected_head2 = [1.0 if d == 1 else 0.0 for d in offsets] + [1.0]
     np.testing.assert_array_equal(flips["head 2"], expected_head2)
     np.testing.assert_array_equal(flips["head 1"][:-1], 0.0)
-    ablation = example.ablation_table(hooked, [3, 6], samples=30)
+    ablation = example.ablation_table(model, [3, 6], samples=30)
     assert ablation["none"] == [1.0, 1.0] and ablation["head 1"] == ablation["head 2"] == [0.0, 0.0]
     out = tmp_path / "patching.png"
     assert example.main(["--samples", "4", "--patch-samples", "6", "--max-digits", "3", "--patch-digits", "3",
@@ -349,9 +391,23 @@ def test_patching_example_construction_heads_mean_their_names(interop, tmp_path,
     assert example.main(["--max-digits", "16"]) == 2
 
 
+def test_nnsight_example_gives_the_patching_numbers():
+    """The same carry patching traced by nnsight (examples/nnsight_patching.py) gives the same
+    flip table as run_with_hooks, and head 2 carries the carry."""
+    pytest.importorskip("nnsight", reason="nnsight not installed")
+    model = build_model(n_digits=6, dtype="float64")[0]
+    hooks = _patching_example().patch_flips(model, n=6, samples=60)
+    traced = _patching_example("nnsight_patching.py").nnsight_patch_flips(model, n=6, samples=60)
+    assert list(traced) == list(hooks) == ["head 1", "head 2"]
+    for head in hooks:
+        np.testing.assert_array_equal(traced[head], hooks[head])
+    offsets = list(_patching_example().OFFSETS)
+    np.testing.assert_array_equal(traced["head 2"], [1.0 if d == 1 else 0.0 for d in offsets] + [1.0])
+
+
 def test_missing_transformer_lens_names_the_extra(monkeypatch):
     from lengthgen import interop
 
     monkeypatch.setitem(sys.modules, "transformer_lens", None)  # import now fails as if not installed
-    with pytest.raises(ImportError, match=r'pip install -e "\.\[interp\]"'):
+    with pytest.raises(ImportError, match=r'pip install -e "\.\[interp3\]"'):
         interop.to_hooked_transformer(Transformer(TransformerConfig(d_vocab=13, d_model=16, d_head=4)))

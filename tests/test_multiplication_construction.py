@@ -153,7 +153,7 @@ def mlp_out(model, layer: int, values: dict[str, torch.Tensor]) -> torch.Tensor:
     for name, value in values.items():
         x[:, basis.index(name)] = value.double()
     with torch.no_grad():
-        return x + model.blocks[layer].mlp(x.to(model.cfg.torch_dtype), None, "").double()
+        return x + model.blocks[layer].mlp(x.to(model.cfg.torch_dtype)).double()
 
 
 @pytest.mark.parametrize("jitter", [0.0, 1e-4])

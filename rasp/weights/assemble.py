@@ -266,10 +266,10 @@ def _clean_bos(model: Transformer) -> None:
     bos_row = model.embed.W_E.shape[0] - 1
     x = (model.embed.W_E[bos_row] + model.pos_embed.W_pos[0])[None, None, :]
     bos_dim = 1
-    for layer, block in enumerate(model.blocks):
+    for block in model.blocks:
         attn = block.attn
         for name in ("W_Q", "W_K", "W_V"):
             W = getattr(attn, name)
             actual = torch.einsum("d,hde->he", x[0, 0], W)
             W[:, bos_dim, :] += W[:, bos_dim, :] - actual
-        x = block(x, 0, None, layer, None, f"blocks.{layer}")
+        x = block(x)

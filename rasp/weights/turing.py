@@ -160,7 +160,7 @@ class CompiledTuringProgram:
         node = ct.program.by_uid[self.program.match.uid]
         x = ct.model.embed_input(torch.tensor([ct.encode(trace)]), None)
         for layer in range(node.slot // 2 + 1):
-            x = ct.model.blocks[layer](x, 0, None, layer, None, f"blocks.{layer}")
+            x = ct.model.blocks[layer](x)
         return [int(ct.layout.read(node, x[0, p + 1])) for p in range(len(trace))]
 
     def check_lookups(self, trace: Sequence[int]) -> None:

@@ -42,7 +42,7 @@ from typing import Callable, Iterator
 import torch
 import torch.nn.functional as F
 
-__all__ = ["dense_attention", "long_attention", "chunked_attention", "causal_mask", "report_progress"]
+__all__ = ["dense_attention", "dense_scores", "long_attention", "chunked_attention", "causal_mask", "report_progress"]
 
 #: queries per fused-kernel call on the CPU long path (bounds per-call memory; drives progress)
 QUERY_CHUNK = 16384
@@ -82,16 +82,25 @@ def causal_mask(
     return visibility_mask(lk - lq, lk, 0, lk, window, device)
 
 
-def dense_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, window: int | None = None,
-    causal: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Explicit softmax. Returns ``(output, scores, pattern)``; masked scores are ``-inf``.
+def dense_scores(
+    q: torch.Tensor, k: torch.Tensor, scale: float, window: int | None = None, causal: bool = True,
+) -> torch.Tensor:
+    """``scale * q·k`` as a ``[B, H, Lq, Lk]`` matrix, ``-inf`` where a query may not look.
     ``causal=False``: every query sees every key (no mask, no window)."""
     scores = torch.matmul(q, k.transpose(-1, -2)) * scale
     if causal and (q.shape[-2] > 1 or window is not None):  # one query (a decoding step) sees every key
         allowed = causal_mask(q.shape[-2], k.shape[-2], window, q.device)
         scores = scores.masked_fill(~allowed, float("-inf"))
+    return scores
+
+
+def dense_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, window: int | None = None,
+    causal: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Explicit softmax. Returns ``(output, scores, pattern)``; masked scores are ``-inf``
+    (:func:`dense_scores`)."""
+    scores = dense_scores(q, k, scale, window, causal)
     pattern = torch.softmax(scores, dim=-1)
     return torch.matmul(pattern, v), scores, pattern
 

@@ -1,4 +1,9 @@
-"""TransformerLens interop: any lengthgen model as a ``HookedTransformer`` and back.
+"""TransformerLens 3.x interop: any lengthgen model as a ``HookedTransformer`` and back.
+
+Under TransformerLens 4 (which removed ``HookedTransformer``) no conversion is needed: every
+lengthgen model has TL's hook points itself, so ``model.run_with_cache(tokens, pos_ids)`` and
+``model.run_with_hooks(...)`` work on it directly (:mod:`lengthgen.hooks`). The converters here
+serve TransformerLens 3.x and raise a one-line ImportError under 4.x that says so.
 
 lengthgen's parameters already carry TransformerLens names and shapes (see :mod:`lengthgen.model`),
 so conversion is a config translation plus a parameter copy. What needs care is positions: a
@@ -30,8 +35,9 @@ table above (rotary with rotary_dim > 0, ALiBi, shortformer, RMSNorm, gated MLPs
 local attention, soft caps, attention layers that disagree on their scale or direction, ...).
 
 TransformerLens is an optional dependency, imported only when a function here is called
-(``pip install -e ".[interp]"``). Tested against the version pinned in ``pyproject.toml``;
-TransformerLens 4.x removed ``HookedTransformer`` and is not supported. Usage: docs/interop.md.
+(``pip install -e ".[interp3]"`` installs 3.9.0, the version these converters are tested with).
+The hooked model gets the dtype of the lengthgen model's parameters (after ``model.double()``,
+float64), not the dtype its config names. Usage: docs/interop.md.
 """
 from __future__ import annotations
 
@@ -43,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from .model import DTYPES, Annotations, Transformer, TransformerConfig
+from .model import DTYPES, LN_EPS, Annotations, Transformer, TransformerConfig
 
 if TYPE_CHECKING:  # pragma: no cover
     from transformer_lens import HookedTransformer, HookedTransformerConfig
@@ -53,7 +59,13 @@ __all__ = [
     "to_hooked_transformer", "transformer_lens_config",
 ]
 
-INSTALL_HINT = 'TransformerLens is not installed; install the extra: pip install -e ".[interp]"'
+INSTALL_HINT = 'TransformerLens is not installed; install the extra: pip install -e ".[interp3]"'
+#: under TransformerLens 4.x, which has no HookedTransformer to convert to
+NATIVE_ROUTE = (
+    "lengthgen.interop converts to TransformerLens 3.x's HookedTransformer, which TransformerLens 4 removed; "
+    "with 4.x use the model itself, no conversion: model.run_with_cache(tokens, pos_ids), "
+    'model.run_with_hooks(tokens, pos_ids, fwd_hooks=...) (docs/interop.md), or install 3.x: pip install -e ".[interp3]"'
+)
 #: name of the attribute that carries the lengthgen config/annotations through a round trip
 STASH = "lengthgen_source"
 #: lengthgen config fields this module translates (any other field must keep its default)
@@ -70,7 +82,6 @@ TL_BOOKKEEPING = frozenset({
     "checkpoint_value", "n_devices", "seed", "init_mode", "initializer_range", "init_weights", "n_params",
     "trust_remote_code", "tie_word_embeddings",
 })
-LN_EPS = 1e-5  # lengthgen.model.LayerNorm
 
 
 class InteropError(ValueError):
@@ -87,10 +98,7 @@ def _tl() -> Any:
             raise ImportError(INSTALL_HINT) from None
         raise
     except ImportError:
-        raise ImportError(
-            "lengthgen.interop needs TransformerLens 3.x (HookedTransformer was removed in 4.0); "
-            'install the pinned version: pip install -e ".[interp]"'
-        ) from None
+        raise ImportError(NATIVE_ROUTE) from None
     return transformer_lens
 
 
@@ -140,7 +148,14 @@ def to_hooked_transformer(model: Transformer) -> "HookedTransformer":
     0..N−1). The lengthgen config and annotations ride along as ``hooked.lengthgen_source``, so
     :func:`from_hooked_transformer` gives back a bit-identical model."""
     tl = _tl()
-    tl_cfg = transformer_lens_config(model.cfg, device=model.device)
+    dtypes = {p.dtype for p in model.parameters()}
+    if len(dtypes) != 1:
+        raise InteropError(f"the parameters mix dtypes {sorted(map(str, dtypes))}; TransformerLens models have one dtype")
+    dtype = next((name for name, dt in DTYPES.items() if dt in dtypes), None)
+    if dtype is None:
+        raise InteropError(f"parameter dtype {dtypes.pop()} has no TransformerLens equivalent here")
+    source_cfg = dataclasses.replace(model.cfg, dtype=dtype)  # what the parameters hold, not what cfg says
+    tl_cfg = transformer_lens_config(source_cfg, device=model.device)
     with warnings.catch_warnings():  # 3.x announces HookedTransformer's removal in 4.0 on every build
         warnings.filterwarnings("ignore", message="HookedTransformer is deprecated", category=DeprecationWarning)
         hooked = tl.HookedTransformer(tl_cfg, move_to_device=False)
@@ -159,7 +174,7 @@ def to_hooked_transformer(model: Transformer) -> "HookedTransformer":
             theirs[name].copy_(param)
     torch.nn.Module.to(hooked, model.device)  # cfg.device is already set; TL's own .to() prints
     setattr(hooked, STASH, {
-        "config": copy.deepcopy(model.cfg), "annotations": copy.deepcopy(model.annotations),
+        "config": copy.deepcopy(source_cfg), "annotations": copy.deepcopy(model.annotations),
         "unused": {k: v.detach().clone() for k, v in model.named_parameters() if k in dead},
     })
     return hooked.eval()

@@ -14,9 +14,23 @@ Parameters, with TransformerLens names and shapes (state_dict keys equal TL's):
     unembed.W_U [d_model, d_vocab_out]  b_U [d_vocab_out]
 
 Attention scores are ``q·k / attn_scale`` (TL convention; ``attn_scale=None`` means
-``sqrt(d_head)``; hand-built constructions use 1). Short sequences use the explicit-softmax path,
-which can return every activation under TL hook names; long ones switch to the O(N·d) kernels of
-:mod:`lengthgen.attention` automatically.
+``sqrt(d_head)``; hand-built constructions use 1). Short sequences use the explicit-softmax path;
+long ones switch to the O(N·d) kernels of :mod:`lengthgen.attention` automatically.
+
+Activations pass through hook points with TL's names and shapes (:mod:`lengthgen.hooks`)::
+
+    hook_embed, hook_pos_embed                                  [batch, pos, d_model]
+    blocks.{l}.hook_resid_pre / hook_attn_out / hook_resid_mid / hook_mlp_out / hook_resid_post
+    blocks.{l}.attn.hook_q / hook_k / hook_v / hook_z            [batch, pos, head, d_head]
+    blocks.{l}.attn.hook_attn_scores / hook_pattern              [batch, head, query, key]  (dense path only)
+    blocks.{l}.attn.hook_result                                  [batch, pos, head, d_model]
+    blocks.{l}.mlp.hook_pre / hook_post                          [batch, pos, d_mlp]
+    blocks.{l}.ln1/ln2.hook_scale [batch, pos, 1], .hook_normalized, ln_final.*   (LayerNorm models)
+
+``hook_resid_mid`` and ``hook_mlp_out`` exist only in blocks with an MLP (``d_mlp > 0``), as in
+TL's attention-only models. ``hook_attn_scores`` holds the masked scores (``-inf`` where a query
+may not look). On the O(N·d) path no ``N × N`` matrix exists: a hook on ``hook_attn_scores`` or
+``hook_pattern`` then raises :class:`LongInputHookError` instead of allocating one.
 """
 from __future__ import annotations
 
@@ -27,13 +41,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import dense_attention, long_attention
+from .attention import dense_scores, long_attention
+from .hooks import HookedModule, HookPoint
+from .kv_cache import KVCache
+from .lens import LensMixin
 from .resources import require_memory
 
 #: above this many query×key entries per head the model leaves the dense path
 DENSE_ENTRIES_LIMIT = 1 << 22
 POSITIONAL_KINDS = ("learned", "none")
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
+LN_EPS = 1e-5
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32, "float64": torch.float64}
 
 
@@ -90,6 +108,16 @@ class TransformerConfig:
         return asdict(self)
 
     @property
+    def attn_only(self) -> bool:
+        """TL's name for a model without MLPs (read by TL's ActivationCache)."""
+        return self.d_mlp <= 0
+
+    @property
+    def normalization_type(self) -> str | None:
+        """TL's name for ``normalization`` (read by TL's ActivationCache)."""
+        return self.normalization
+
+    @property
     def itemsize(self) -> int:
         return torch.empty(0, dtype=self.torch_dtype).element_size()
 
@@ -126,14 +154,29 @@ class Annotations:
     title: str = ""
 
 
+class LongInputHookError(ValueError):
+    """A hook asked for the ``N × N`` attention scores or pattern of an input on the O(N·d) path."""
+
+
 class LayerNorm(nn.Module):
     def __init__(self, d: int, dtype: torch.dtype):
         super().__init__()
         self.w = nn.Parameter(torch.ones(d, dtype=dtype))
         self.b = nn.Parameter(torch.zeros(d, dtype=dtype))
+        self.hook_scale = HookPoint()  # [batch, pos, 1]
+        self.hook_normalized = HookPoint()  # [batch, pos, d_model], before w and b (as in TL)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.layer_norm(x, x.shape[-1:], self.w, self.b, eps=1e-5)
+        if not (self.hook_scale.active or self.hook_normalized.active):
+            return F.layer_norm(x, x.shape[-1:], self.w, self.b, eps=LN_EPS)
+        x = x - x.mean(-1, keepdim=True)
+        scale = self.hook_scale((x.pow(2).mean(-1, keepdim=True) + LN_EPS).sqrt())
+        return self.hook_normalized(x / scale) * self.w + self.b
+
+
+def _head_hook(point: HookPoint, t: torch.Tensor) -> torch.Tensor:
+    """Pass ``t`` ``[B, H, P, E]`` through ``point`` in TL's layout ``[B, P, H, E]``."""
+    return point(t.transpose(1, 2)).transpose(1, 2) if point.active else t
 
 
 class Attention(nn.Module):
@@ -147,46 +190,55 @@ class Attention(nn.Module):
             setattr(self, name, nn.Parameter(torch.zeros(h, e, dtype=dt)))
         self.W_O = nn.Parameter(torch.zeros(h, e, d, dtype=dt))
         self.b_O = nn.Parameter(torch.zeros(d, dtype=dt))
+        for name in ("hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern", "hook_z", "hook_result"):
+            setattr(self, name, HookPoint())
 
     def _project(self, x: torch.Tensor, W: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return torch.einsum("bpd,hde->bhpe", x, W) + b[None, :, None, :]
 
-    def forward(
-        self, x_q: torch.Tensor, x_kv: torch.Tensor, cache: "KVCache | None", layer: int,
-        acts: dict | None, prefix: str,
-    ) -> torch.Tensor:
+    def forward(self, x_q: torch.Tensor, x_kv: torch.Tensor, cache: "KVCache | None", layer: int) -> torch.Tensor:
         """``x_q`` holds the residual at the query positions (the last ones of ``x_kv``); with a
         ``cache``, the keys/values of earlier positions are read from it and the new ones added."""
-        q = self._project(x_q, self.W_Q, self.b_Q)
-        k = self._project(x_kv, self.W_K, self.b_K)
-        v = self._project(x_kv, self.W_V, self.b_V)
+        q = _head_hook(self.hook_q, self._project(x_q, self.W_Q, self.b_Q))
+        k = _head_hook(self.hook_k, self._project(x_kv, self.W_K, self.b_K))
+        v = _head_hook(self.hook_v, self._project(x_kv, self.W_V, self.b_V))
         if cache is not None:
             k, v = cache.append(layer, k, v)
-        windows = self.cfg.attn_windows or [None] * self.cfg.n_heads
-        dense = acts is not None or q.shape[-2] * k.shape[-2] <= DENSE_ENTRIES_LIMIT
-        z = q.new_empty(*q.shape[:-1], v.shape[-1])
-        scores_all = pattern_all = None
-        groups = _window_groups(windows)
-        for heads, window in groups:
-            # one group (the usual case) uses the tensors as they are: indexing with a list would
-            # copy the whole KV cache at every decoding step
-            qs, ks, vs = (q, k, v) if len(groups) == 1 else (q[:, heads], k[:, heads], v[:, heads])
-            heads = slice(None) if len(groups) == 1 else heads
-            if not dense:
-                z[:, heads] = long_attention(qs, ks, vs, self.cfg.score_scale, window, causal=self.cfg.causal)
-                continue
-            z[:, heads], scores, pattern = dense_attention(qs, ks, vs, self.cfg.score_scale, window,
-                                                          causal=self.cfg.causal)
-            if acts is not None:
-                if scores_all is None:
-                    scores_all = scores.new_empty(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
-                    pattern_all = torch.empty_like(scores_all)
-                scores_all[:, heads], pattern_all[:, heads] = scores, pattern
-        if acts is not None:
-            acts[f"{prefix}.attn.hook_attn_scores"] = scores_all
-            acts[f"{prefix}.attn.hook_pattern"] = pattern_all
-            acts[f"{prefix}.attn.hook_z"] = z.transpose(1, 2)
+        groups = _window_groups(self.cfg.attn_windows or [None] * self.cfg.n_heads)
+        if q.shape[-2] * k.shape[-2] <= DENSE_ENTRIES_LIMIT:
+            pattern = self.hook_pattern(torch.softmax(self.hook_attn_scores(self._scores(q, k, groups)), dim=-1))
+            z = torch.matmul(pattern, v)
+        else:
+            for point in (self.hook_attn_scores, self.hook_pattern):
+                if point.active:
+                    raise LongInputHookError(
+                        f"{point.name} needs the full attention matrix, but this input ({q.shape[-2]} queries × "
+                        f"{k.shape[-2]} keys per head, more than DENSE_ENTRIES_LIMIT = {DENSE_ENTRIES_LIMIT}) runs "
+                        "on the O(N·d) attention path, which never builds it; on long inputs hook the O(N·d) "
+                        "activations (hook_q/k/v/z/result, residual stream, MLP, LayerNorm) or shorten the input")
+            z = q.new_empty(*q.shape[:-1], v.shape[-1])
+            for heads, window in groups:
+                # one group (the usual case) uses the tensors as they are: indexing with a list would
+                # copy the whole KV cache at every decoding step
+                if len(groups) == 1:
+                    z = long_attention(q, k, v, self.cfg.score_scale, window, causal=self.cfg.causal)
+                else:
+                    z[:, heads] = long_attention(q[:, heads], k[:, heads], v[:, heads], self.cfg.score_scale,
+                                                 window, causal=self.cfg.causal)
+        z = _head_hook(self.hook_z, z)
+        if self.hook_result.active:  # per-head outputs only when asked for: [B, P, H, d_model]
+            return self.hook_result(torch.einsum("bhpe,hed->bphd", z, self.W_O)).sum(2) + self.b_O
         return torch.einsum("bhpe,hed->bpd", z, self.W_O) + self.b_O
+
+    def _scores(self, q: torch.Tensor, k: torch.Tensor, groups: list[tuple[list[int], int | None]]) -> torch.Tensor:
+        """Masked scores ``[B, H, Lq, Lk]`` of every head, each head with its own window."""
+        if len(groups) == 1:
+            return dense_scores(q, k, self.cfg.score_scale, groups[0][1], causal=self.cfg.causal)
+        scores = q.new_empty(*q.shape[:-1], k.shape[-2])
+        for heads, window in groups:
+            scores[:, heads] = dense_scores(q[:, heads], k[:, heads], self.cfg.score_scale, window,
+                                            causal=self.cfg.causal)
+        return scores
 
 
 def _window_groups(windows: list[int | None]) -> list[tuple[list[int], int | None]]:
@@ -206,12 +258,10 @@ class MLP(nn.Module):
         self.W_out = nn.Parameter(torch.zeros(m, d, dtype=dt))
         self.b_out = nn.Parameter(torch.zeros(d, dtype=dt))
         self.act = ACTIVATIONS[cfg.act_fn]
+        self.hook_pre, self.hook_post = HookPoint(), HookPoint()  # [batch, pos, d_mlp]
 
-    def forward(self, x: torch.Tensor, acts: dict | None, prefix: str) -> torch.Tensor:
-        pre = x @ self.W_in + self.b_in
-        post = self.act(pre)
-        if acts is not None:
-            acts[f"{prefix}.mlp.hook_pre"], acts[f"{prefix}.mlp.hook_post"] = pre, post
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        post = self.hook_post(self.act(self.hook_pre(x @ self.W_in + self.b_in)))
         return post @ self.W_out + self.b_out
 
 
@@ -223,59 +273,28 @@ class Block(nn.Module):
         self.attn = Attention(cfg)
         self.ln2 = LayerNorm(cfg.d_model, cfg.torch_dtype) if norm else nn.Identity()
         self.mlp = MLP(cfg) if cfg.d_mlp > 0 else None
+        names = ["hook_resid_pre", "hook_attn_out", "hook_resid_post"]
+        names += ["hook_resid_mid", "hook_mlp_out"] if self.mlp is not None else []
+        for name in names:
+            setattr(self, name, HookPoint())  # [batch, pos, d_model]
 
     def forward(
-        self, x: torch.Tensor, q_from: int, cache: KVCache | None, layer: int, acts: dict | None, prefix: str
+        self, x: torch.Tensor, q_from: int = 0, cache: KVCache | None = None, layer: int = 0
     ) -> torch.Tensor:
-        """Pre-LN residual block; only positions ``q_from:`` are computed (the rest are keys)."""
+        """Pre-LN residual block; only positions ``q_from:`` are computed (the rest are keys);
+        ``layer`` indexes ``cache``."""
+        x = self.hook_resid_pre(x)
         normed = self.ln1(x)
-        attn_out = self.attn(normed[:, q_from:], normed, cache, layer, acts, prefix)
-        resid_mid = x[:, q_from:] + attn_out
-        mlp_out = self.mlp(self.ln2(resid_mid), acts, prefix) if self.mlp is not None else torch.zeros_like(resid_mid)
-        resid_post = resid_mid + mlp_out
-        if acts is not None:
-            acts.update({f"{prefix}.hook_resid_pre": x, f"{prefix}.hook_attn_out": attn_out,
-                         f"{prefix}.hook_resid_mid": resid_mid, f"{prefix}.hook_mlp_out": mlp_out,
-                         f"{prefix}.hook_resid_post": resid_post})
-        return resid_post
+        attn_out = self.hook_attn_out(self.attn(normed[:, q_from:], normed, cache, layer))
+        if self.mlp is None:
+            return self.hook_resid_post(x[:, q_from:] + attn_out)
+        resid_mid = self.hook_resid_mid(x[:, q_from:] + attn_out)
+        return self.hook_resid_post(resid_mid + self.hook_mlp_out(self.mlp(self.ln2(resid_mid))))
 
 
-class KVCache:
-    """Keys and values of every layer for the positions seen so far (greedy decoding).
-
-    Buffers grow by doubling, so appending one token costs O(1) amortized copies instead of
-    re-concatenating the whole cache (which would make decoding N tokens cost O(N²) copies)."""
-
-    def __init__(self) -> None:
-        self._k: list[torch.Tensor] = []
-        self._v: list[torch.Tensor] = []
-        self._len: list[int] = []
-
-    @property
-    def length(self) -> int:
-        return self._len[0] if self._len else 0
-
-    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Store ``k``/``v`` ``[B, H, T, E]`` after the layer's earlier entries; return all of them."""
-        if layer == len(self._k):
-            cap = max(16, 2 * k.shape[2])
-            self._k.append(k.new_empty(*k.shape[:2], cap, k.shape[3]))
-            self._v.append(v.new_empty(*v.shape[:2], cap, v.shape[3]))
-            self._len.append(0)
-        old, new = self._len[layer], self._len[layer] + k.shape[2]
-        if new > self._k[layer].shape[2]:
-            for buf in (self._k, self._v):
-                grown = buf[layer].new_empty(*buf[layer].shape[:2], 2 * new, buf[layer].shape[3])
-                grown[:, :, :old] = buf[layer][:, :, :old]
-                buf[layer] = grown
-        self._k[layer][:, :, old:new] = k
-        self._v[layer][:, :, old:new] = v
-        self._len[layer] = new
-        return self._k[layer][:, :, :new], self._v[layer][:, :, :new]
-
-
-class Transformer(nn.Module):
-    """Token ids (and position IDs) in, logits out. See the module docstring."""
+class Transformer(LensMixin, HookedModule):
+    """Token ids (and position IDs) in, logits out. See the module docstring; hooks, caching and
+    TL's ActivationCache: :mod:`lengthgen.hooks` and :mod:`lengthgen.lens`."""
 
     def __init__(self, cfg: TransformerConfig, annotations: Annotations | None = None):
         super().__init__()
@@ -294,6 +313,10 @@ class Transformer(nn.Module):
         self.unembed.W_U = nn.Parameter(torch.zeros(cfg.d_model, cfg.d_vocab_out, dtype=dt))
         self.unembed.b_U = nn.Parameter(torch.zeros(cfg.d_vocab_out, dtype=dt))
         self.annotations = annotations or Annotations()
+        self.hook_embed = HookPoint()  # [batch, pos, d_model]
+        if cfg.positional == "learned":
+            self.hook_pos_embed = HookPoint()
+        self.setup_hooks()
 
     @property
     def device(self) -> torch.device:
@@ -302,7 +325,7 @@ class Transformer(nn.Module):
     def embed_input(self, tokens: torch.Tensor, pos_ids: torch.Tensor | None, start: int = 0) -> torch.Tensor:
         if tokens.min() < 0 or tokens.max() >= self.cfg.d_vocab:
             raise ValueError(f"token id out of range: ids must lie in [0, {self.cfg.d_vocab})")
-        x = self.embed.W_E[tokens]
+        x = self.hook_embed(self.embed.W_E[tokens])
         if self.cfg.positional == "none":
             return x
         if pos_ids is None:
@@ -312,7 +335,7 @@ class Transformer(nn.Module):
                 f"position ID {int(pos_ids.max())} is outside the position table (IDs 0..{self.cfg.n_ctx - 1}); "
                 "use a model built with a larger n_ctx"
             )
-        return x + self.pos_embed.W_pos[pos_ids]
+        return x + self.hook_pos_embed(self.pos_embed.W_pos[pos_ids])
 
     def forward(
         self,
@@ -329,24 +352,23 @@ class Transformer(nn.Module):
         prefix. ``cache`` makes this a decoding step: earlier keys/values are read from it and the
         new ones appended. ``logits_from`` skips the last layer's work for earlier positions
         (logits are then returned only from that position on). ``return_cache=True`` also returns a
-        dict of activations under TransformerLens hook names (dense path; short inputs only).
+        dict of every hooked activation under TransformerLens hook names (``run_with_cache`` with
+        a plain dict; the attention patterns need the dense path, i.e. short inputs).
         """
+        if return_cache:
+            return self.run_with_cache(tokens, pos_ids, cache=cache, logits_from=logits_from,
+                                       return_cache_object=False)
         if tokens.dim() == 1:
             tokens = tokens.unsqueeze(0)
             pos_ids = None if pos_ids is None else pos_ids.reshape(1, -1)
         past_len = 0 if cache is None else cache.length
         require_memory(self.cfg.activation_bytes(*tokens.shape), f"a forward pass over {tokens.numel()} tokens")
-        acts: dict | None = {} if return_cache else None
         x = self.embed_input(tokens, pos_ids, start=past_len)
-        if acts is not None:
-            acts["hook_embed"] = self.embed.W_E[tokens]
         for layer, block in enumerate(self.blocks):
-            q_from = logits_from if layer == len(self.blocks) - 1 else 0
-            x = block(x, q_from, cache, layer, acts, f"blocks.{layer}")
+            x = block(x, logits_from if layer == len(self.blocks) - 1 else 0, cache, layer)
         if not self.blocks:  # no layer to skip the earlier positions
             x = x[:, logits_from:]
-        logits = self.ln_final(x) @ self.unembed.W_U + self.unembed.b_U
-        return (logits, acts) if return_cache else logits
+        return self.ln_final(x) @ self.unembed.W_U + self.unembed.b_U
 
     def describe(self, max_entries: int = 40) -> str:
         from .describe import describe_model
