@@ -22,7 +22,7 @@ import numpy as np
 from lengthgen.cli import ArgumentParser, UsageError, non_negative_integer, run_cli
 from lengthgen.resources import require_memory
 
-from ..cli_support import (UNDECIDED_CHAR, add_run_options, add_threads_option, apply_threads,
+from ..cli_support import (BYTES_PER_DIGIT, UNDECIDED_CHAR, add_run_options, add_threads_option, apply_threads,
                            attention_progress_bar, read_operand, report_result, resolve_device, rss_peak_bytes)
 
 PROG = "python -m constructions.copying"
@@ -73,8 +73,6 @@ def random_input(rng: np.random.Generator, n: int, pattern: str) -> np.ndarray:
     return np.repeat(digits, lengths).astype(np.uint8)
 
 
-BYTES_PER_DIGIT = 5000  # measured: a 10^5-digit reverse peaks near 450 MB (docs/copying.md)
-
 
 def input_digits(args: argparse.Namespace) -> np.ndarray:
     if args.digits is not None:
@@ -82,7 +80,7 @@ def input_digits(args: argparse.Namespace) -> np.ndarray:
             raise UsageError("give either --digits or --x, not both")
         if args.digits < 1:
             raise UsageError(f"--digits must be at least 1, got {args.digits}")
-        require_memory(BYTES_PER_DIGIT * args.digits, f"a {args.digits}-digit input")
+        require_memory(BYTES_PER_DIGIT * args.digits, f"a {args.digits}-digit run")
         return random_input(np.random.default_rng(args.seed), args.digits, args.pattern or "random")
     if args.x is None:
         raise UsageError("give --digits N or --x DIGITS")
