@@ -133,9 +133,10 @@ def parser() -> OneLineParser:
     p.add_argument("--max-width", type=int, default=2, help="significances per local configuration window "
                    "(cost grows 55× per extra one)")
     p.add_argument("--counterexamples", type=int, default=10, help="most counterexamples to print")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--json", action="store_true", help="print one JSON object (verdict, bound, counterexamples, ...)")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (none is drawn when stderr is not a terminal)")
     return p
 
 
