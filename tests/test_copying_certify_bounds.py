@@ -141,7 +141,7 @@ def test_float_terms_contain_the_float32_movement(where: str) -> None:
         tok, pos, _, f, _, expected = _passes("copy", model, x)
         logits, acts = model(torch.tensor(tok[None]), torch.tensor(pos[None]), return_cache=True)
         q = np.arange(N + 1, len(tok))
-        r32 = acts["blocks.0.hook_resid_mid"][0].double().numpy()[q]
+        r32 = acts["blocks.0.hook_resid_post"][0].double().numpy()[q]  # attention-only: no resid_mid hook (as in TransformerLens); resid_post is that sum
         moved = np.abs(r32 - f["resid_mid"][q])
         assert np.all(moved <= float_part), (moved.max(0), float_part)
         resid_moved = max(resid_moved, float(moved.max()))
