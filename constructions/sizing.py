@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import torch
 
-from lengthgen.cli import UsageError
+from lengthgen.cli import UsageError, device_problem
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -75,13 +75,11 @@ def check_model(model: Any) -> None:
 
 
 def check_device(device: str | torch.device) -> None:
-    """A ``ValueError`` for a device torch does not know, or CUDA where none is available."""
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError, ValueError):
-        raise ValueError(f"device must be 'cpu' or 'cuda' (or a torch.device), got {device!r}") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {device!r}: CUDA is not available on this machine; use device='cpu'")
+    """A ``ValueError`` for a device torch does not know, or CUDA where none is available
+    (:func:`lengthgen.cli.device_problem`)."""
+    problem = device_problem(device)
+    if problem:
+        raise ValueError(problem)
 
 
 def long_str(value: int) -> str:

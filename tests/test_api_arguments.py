@@ -24,7 +24,7 @@ def model():
     (dict(d_model=40.0), TypeError, "d_model must be a whole number"),
     (dict(n_digits=3, dtype="float8"), ValueError, "dtype must be one of float32, float64, float16, bfloat16"),
     (dict(n_digits=3, dtype="int32"), ValueError, "dtype must be one of"),
-    (dict(n_digits=3, device="tpu"), ValueError, "device must be 'cpu' or 'cuda'"),
+    (dict(n_digits=3, device="tpu"), ValueError, "unknown device 'tpu': choose cpu or cuda"),
 ])
 def test_build_model_names_the_bad_argument(build, kwargs, error, message):
     with pytest.raises(error, match=message.replace("(", r"\(").replace(")", r"\)")):

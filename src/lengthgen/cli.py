@@ -48,18 +48,28 @@ def real(text: str) -> float:
     return float(text)
 
 
-def torch_device(text: str) -> str:
-    """``cpu``, ``cuda`` or ``cuda:N``; CUDA only where torch can use it."""
+def device_problem(device: object) -> str | None:
+    """What is wrong with ``device`` (a name or a ``torch.device``), or None: only ``cpu``, ``cuda`` and
+    ``cuda:N`` are known, and CUDA only where torch can use it. The one device check of every command
+    (:func:`torch_device`) and of the constructions' ``build_model``."""
     import torch
 
     try:
-        dev = torch.device(text)
-    except (RuntimeError, ValueError):
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
         dev = None
     if dev is None or dev.type not in ("cpu", "cuda"):
-        raise argparse.ArgumentTypeError(f"unknown device {text!r}: choose cpu or cuda (cuda:N for one GPU)")
+        return f"unknown device {device!r}: choose cpu or cuda (cuda:N for one GPU)"
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise argparse.ArgumentTypeError(f"{text}: CUDA is not available on this machine (use --device cpu)")
+        return f"device {str(device)!r}: CUDA is not available on this machine (use cpu)"
+    return None
+
+
+def torch_device(text: str) -> str:
+    """An option's device (argparse type): see :func:`device_problem`."""
+    problem = device_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
     return text
 
 

@@ -119,7 +119,8 @@ class TransformerConfig:
 
     @property
     def itemsize(self) -> int:
-        return torch.empty(0, dtype=self.torch_dtype).element_size()
+        """Bytes per parameter (checked on every forward pass: no tensor is made for it)."""
+        return self.torch_dtype.itemsize
 
     def parameter_count(self) -> int:
         """Number of parameters a :class:`Transformer` of this configuration holds (computed, not allocated)."""
