@@ -247,7 +247,7 @@ def test_resume_through_the_cli_with_default_flags_is_bit_for_bit(tmp_path, caps
     first = cli(*flags, "--stop-after", "4", "--out", "split", cwd=tmp_path)
     assert first.returncode == 0 and "stopped after 4 steps as asked" in first.stderr, first.stderr
     run = json.loads((tmp_path / "split" / "run.json").read_text())
-    assert run["runtime"] == {"threads": 2, "device": "cpu"}
+    assert run["runtime"] == {"threads": 2, "device": "cpu", "processes": 1}
     capsys.readouterr()
     assert main(["--resume", "--steps", "100", "--threads", "1", "--out", "split"]) == 2
     line = one_error_line(capsys)

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from . import task_batches
 from .data import DataError, SCHEMES, parse_digit_range
 from .decode import decided_argmax
+from .distributed import World, from_environment
 from .model import Transformer
 from .cli import non_negative_integer, run_cli, torch_device
 from .runs import OneLineParser, RunError, command_line, fail, latest_checkpoint, load_optimizer, read_json, save_checkpoint, write_json
@@ -44,18 +45,28 @@ PROG = "python -m lengthgen.train"
 INTERRUPTED = 130
 
 
-def masked_loss(model: Transformer, tokens: torch.Tensor, pos: torch.Tensor | None, mask: torch.Tensor
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Cross-entropy over the masked next-token predictions; also (token accuracy, exact match)."""
+def masked_loss(model: torch.nn.Module, tokens: torch.Tensor, pos: torch.Tensor | None, mask: torch.Tensor,
+                world: World = World()) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Cross-entropy over the masked next-token predictions: (the loss to differentiate, the loss of
+    the whole batch, token accuracy, exact match). One process: the mean over the batch's masked
+    tokens. Several (``world``, :mod:`lengthgen.distributed`): this rank's share of that mean, scaled
+    so that DDP's average over the ranks is the one-process gradient; the other three are the
+    whole batch's, summed over the ranks."""
     logits = model(tokens[:, :-1], None if pos is None else pos[:, :-1])
     targets = tokens[:, 1:]
-    loss = F.cross_entropy(logits[mask], targets[mask])
     with torch.no_grad():
         hit = decided_argmax(logits) == targets  # the project's one rule for "right" (lengthgen.decode)
         right = hit | ~mask
+    if not world.distributed:
+        loss = F.cross_entropy(logits[mask], targets[mask])
         tok_acc = (hit & mask).sum() / mask.sum()
-        em = right.all(dim=1).float().mean()
-    return loss, tok_acc, em
+        return loss, loss.detach(), tok_acc, right.all(dim=1).float().mean()
+    ce_sum = F.cross_entropy(logits[mask], targets[mask], reduction="sum")
+    counts = torch.stack([ce_sum.detach().double(), mask.sum().double(), (hit & mask).sum().double(),
+                          right.all(dim=1).sum().double(), torch.tensor(float(len(tokens)), device=tokens.device)])
+    total, n_masked, n_hit, n_right, rows = world.sum(counts).unbind()
+    loss = ce_sum * world.size / n_masked.to(ce_sum.dtype)
+    return loss, (total / n_masked).float(), (n_hit / n_masked).float(), (n_right / rows).float()
 
 
 VAL_SEED = 12345  # validation additions; the test sets of lengthgen.evaluate use seed 999
@@ -108,31 +119,34 @@ def stored_run(out: Path) -> dict[str, Any]:
 
 
 def train(cfg: TrainConfig, out: Path, *, resume: bool = False, stop_after: int | None = None,
-          device: str = "cpu", progress: bool = True) -> int:
+          device: str = "cpu", progress: bool = True, world: World = World()) -> int:
     """Run (or resume) training into ``out``. Returns 0 when done or stopped by ``stop_after``
     (steps in this invocation; a checkpoint is saved), 130 when interrupted by a signal.
 
     A new run records ``cfg``, ``device`` and the current ``torch.get_num_threads()`` in
     ``run.json``; on ``resume`` the stored configuration is used (``cfg`` is ignored) and the
-    caller is expected to have restored the stored thread count (the CLI does)."""
+    caller is expected to have restored the stored thread count (the CLI does). ``world``: the ranks
+    of a ``torchrun`` (:mod:`lengthgen.distributed`); rank 0 writes, every rank trains its share."""
     out = Path(out)
+    here = world.device(device)  # this rank's device: cuda:LOCAL_RANK under torchrun
     if resume:
         ck = latest_checkpoint(out)
         if ck is None:
             raise RunError(f"{out}: nothing to resume (no checkpoint)")
         cfg = TrainConfig(**stored_run(out)["config"])
         try:
-            model = load_model(ck / "model.safetensors", device=device)
+            model = load_model(ck / "model.safetensors", device=here)
         except WeightFileError as exc:
             raise RunError(str(exc)) from None
         opt = make_optimizer(model, cfg)
         load_optimizer(opt, ck / "optimizer.safetensors")
         state = read_json(ck / "state.json")
     else:
-        runtime = {"threads": torch.get_num_threads(), "device": str(device)}
-        write_json(out / "run.json", {"config": asdict(cfg), "runtime": runtime, "argv": command_line(),
-                                      "torch": torch.__version__})
-        model = build_model(cfg).to(device)
+        runtime = {"threads": torch.get_num_threads(), "device": str(device), "processes": world.size}
+        if world.is_main:
+            write_json(out / "run.json", {"config": asdict(cfg), "runtime": runtime, "argv": command_line(),
+                                          "torch": torch.__version__})
+        model = build_model(cfg).to(here)
         opt = make_optimizer(model, cfg)
         rng = np.random.default_rng(cfg.data_seed)
         state = {"step": 0, "rng": rng.bit_generator.state, "log": [], "ema": {}, "train_seconds": 0.0}
@@ -141,14 +155,17 @@ def train(cfg: TrainConfig, out: Path, *, resume: bool = False, stop_after: int 
     lo, hi = parse_digit_range(cfg.train_digits)
     n_ctx = model.cfg.n_ctx
     model.train()
+    net = world.wrap(model)
     start_step, t0, seconds0 = state["step"], time.perf_counter(), state["train_seconds"]
 
     def snapshot(step: int) -> None:
         state.update(step=step, rng=rng.bit_generator.state, train_seconds=seconds0 + time.perf_counter() - t0)
-        save_checkpoint(out, model, opt, state)
+        if world.is_main:
+            save_checkpoint(out, model, opt, state)
+        world.barrier()
 
     bar = None
-    if progress:
+    if progress and world.is_main:
         from tqdm import tqdm
 
         bar = tqdm(total=cfg.steps, initial=start_step, desc=out.name, file=sys.stderr, dynamic_ncols=True,
@@ -159,17 +176,17 @@ def train(cfg: TrainConfig, out: Path, *, resume: bool = False, stop_after: int 
         with _StopFlag() as stop:
             while step < cfg.steps:
                 batch = task_batches.training_batch(cfg.task, rng, cfg.batch_size, lo, hi, cfg.positions, n_ctx, cfg.pack)
-                tokens, pos, mask = batch.to_torch(device)
+                tokens, pos, mask = (None if t is None else world.shard(t) for t in batch.to_torch(here))
                 lr = lr_at(step, cfg)
                 for group in opt.param_groups:
                     group["lr"] = lr * group["lr_scale"]
-                loss, tok_acc, em = masked_loss(model, tokens, pos, mask)
+                loss, batch_loss, tok_acc, em = masked_loss(net, tokens, pos, mask, world)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
                 opt.step()
                 step += 1
-                vals = {"loss": loss.item(), "acc": tok_acc.item(), "em": em.item()}
+                vals = {"loss": batch_loss.item(), "acc": tok_acc.item(), "em": em.item()}
                 ema.update({k: v if k not in ema else 0.9 * ema[k] + 0.1 * v for k, v in vals.items()})
                 if step % cfg.log_every == 0 or step == cfg.steps:
                     state["log"].append({"step": step, "lr": lr, **{k: round(v, 5) for k, v in ema.items()},
@@ -177,7 +194,7 @@ def train(cfg: TrainConfig, out: Path, *, resume: bool = False, stop_after: int 
                 if bar is not None:
                     bar.update(1)
                     bar.set_postfix(loss=f"{ema['loss']:.4f}", acc=f"{ema['acc']:.3f}", em=f"{ema['em']:.3f}", refresh=False)
-                if cfg.val_digits and (step % cfg.val_every == 0 or step == cfg.steps):
+                if cfg.val_digits and (step % cfg.val_every == 0 or step == cfg.steps) and world.is_main:
                     val, val_loss = validate(model, cfg)
                     state["log"].append({"step": step, "val_em": val, "val_loss": val_loss})
                     msg = f"step {step}: exact match " + " ".join(f"{k}:{v:.2f}" for k, v in val.items())
@@ -190,7 +207,7 @@ def train(cfg: TrainConfig, out: Path, *, resume: bool = False, stop_after: int 
                     model.train()
                 if step % cfg.checkpoint_every == 0 and step < cfg.steps:
                     snapshot(step)
-                if stop.signum is not None:  # after validation, so a resumed run logs exactly the same
+                if world.any(stop.signum is not None):  # after validation, so a resumed run logs the same
                     code = INTERRUPTED
                     break
                 if stop_after is not None and step - start_step >= stop_after and step < cfg.steps:
@@ -200,6 +217,8 @@ def train(cfg: TrainConfig, out: Path, *, resume: bool = False, stop_after: int 
     finally:
         if bar is not None:
             bar.close()
+    if not world.is_main:
+        return code
     if code == INTERRUPTED or stopped:
         why = "interrupted" if code == INTERRUPTED else f"stopped after {stop_after} steps as asked (--stop-after)"
         print(f"{why} at step {step}/{cfg.steps}; checkpoint saved in {out}; continue with --resume --out {out}",
@@ -209,7 +228,7 @@ def train(cfg: TrainConfig, out: Path, *, resume: bool = False, stop_after: int 
     save_model(model, out / "model.safetensors")
     summary = {"steps": step, "train_seconds": round(state["train_seconds"], 1), "final": state["log"][-1] if state["log"] else None,
                "config": asdict(cfg), "params": sum(p.numel() for p in model.parameters()),
-               "threads": torch.get_num_threads(), "device": device, "best": state.get("best")}
+               "threads": torch.get_num_threads(), "device": device, "processes": world.size, "best": state.get("best")}
     write_json(out / "summary.json", summary)
     print(f"done: {step} steps in {summary['train_seconds']:.0f} s; weights in {out / 'model.safetensors'}", file=sys.stderr)
     return 0
@@ -327,11 +346,18 @@ def _main(argv: list[str] | None) -> int:
             raise RunError("--threads must be at least 1")
         if str(runtime["device"]).startswith("cuda") and not torch.cuda.is_available():
             raise RunError(f"device {runtime['device']}, but CUDA is not available")
-        if not args.resume:
+        world = from_environment()
+        world.check_batch(stored_run(out)["config"]["batch_size"] if args.resume else cfg.batch_size)
+        world.start(runtime["device"])
+        if not args.resume and world.is_main:
             prepare_run_directory(out, args.force)
+        world.barrier()
         torch.set_num_threads(runtime["threads"])
-        return train(cfg, out, resume=args.resume, stop_after=args.stop_after, device=runtime["device"],
-                     progress=not args.no_progress)
+        try:
+            return train(cfg, out, resume=args.resume, stop_after=args.stop_after, device=runtime["device"],
+                         progress=not args.no_progress, world=world)
+        finally:
+            world.stop()
     except (DataError, RunError, ValueError) as exc:
         return fail(PROG, str(exc))
     except OSError as exc:
