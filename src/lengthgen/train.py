@@ -14,6 +14,7 @@ the end, when ``--stop-after`` steps are done, and when the run is interrupted (
 ``run.json`` stores every setting that affects the numbers, the thread count and device included,
 so ``--resume`` reproduces an uninterrupted run bit for bit; a flag that contradicts the stored
 run is refused. An existing run directory is never touched without ``--resume`` or ``--force``.
+Under ``torchrun`` every process trains on its share of each batch (:mod:`lengthgen.distributed`).
 """
 from __future__ import annotations
 
