@@ -99,6 +99,10 @@ class CompiledTransformer:
             if node.kind in ("token", "position"):
                 where = "W_E" if node.kind == "token" else "W_pos"
                 lines.append(f"  {where}: {node.label} ({node.encoding}, {len(node.values)} values)")
+        for node in self.program.nodes:
+            if node.kind == "linear":
+                lines.append(f"  linear (no layer; read by its consumers): {node.label} = "
+                             f"{node.affine.text([d.label for d in node.deps])}")
         for layer in range(len(self.heads)):
             for h, head in enumerate(self.heads[layer]):
                 lines.append(f"layer {layer} head {h}: {head.text}")
