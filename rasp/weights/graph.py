@@ -30,18 +30,13 @@ from rasp.core import (Aggregate, Comparison, Encoding, Full, IndicesType, Lengt
 from rasp.errors import RASPError
 from rasp.evaluate import evaluate
 from rasp.tracr_ops import ConstantSelector, ConstantSOp
-from rasp.weights.affine import Affine, affine_form, affine_values, exact
+from rasp.weights.affine import Affine, affine_form, affine_values
+from rasp.weights.values import CompileError, integral, mean_unknown, mean_values, sort_values
 
 ONEHOT_MAX = 32        # categorical value sets up to this size are one-hot (tracr's layout)
 TABLE_MAX = 512        # ... and up to this size when an order/custom predicate needs a table
 LOOKUP_MAX = 400_000   # entries of one MLP lookup table (product of its inputs' value sets)
-MEAN_MAX_N = 64        # a numerical mean's value set is enumerated up to this max_seq_len
 TUPLE_FUNCS = (lib.tuple_pair, lib.tuple_singleton, lib.tuple_append)
-
-
-class CompileError(RASPError):
-    """A RASP construct the weights compiler cannot turn into exact weights (the message names
-    the op and the reason)."""
 
 
 class CompileLimitError(CompileError):
@@ -97,24 +92,6 @@ class Atom:
     query: Node | None = None
     predicate: Callable[[Any, Any], bool] | None = None
     text: str = ""
-
-
-def sort_values(values: Any) -> list:
-    """Distinct values in a stable order: natural order when comparable, else by (type, repr)."""
-    uniq: list = []
-    seen: set = set()
-    for v in values:
-        try:
-            if v in seen:
-                continue
-            seen.add(v)
-        except TypeError:
-            raise CompileError(f"unhashable value {v!r} cannot be one-hot encoded") from None
-        uniq.append(v)
-    try:
-        return sorted(uniq)
-    except TypeError:
-        return sorted(uniq, key=lambda v: (type(v).__name__, repr(v)))
 
 
 class Program:
@@ -195,9 +172,9 @@ class Program:
                 node.values = None
                 node.unknown = f"it aggregates {value.label!r}, whose value set is unknown: {value.unknown}"
             elif sop.encoding == Encoding.NUMERICAL and sop.reduce == "mean":
-                node.values = _mean_values(value.values, sop.default, self.n)
+                node.values = mean_values(value.values, sop.default, self.n)
                 if node.values is None:
-                    node.unknown = _mean_unknown(value, self.n)
+                    node.unknown = mean_unknown(value.label, value.values, self.n)
             else:
                 node.values = sort_values(list(value.values) + [sop.default])
             return
@@ -371,7 +348,7 @@ class Program:
         for node in self.nodes:
             if node.encoding in ("onehot", "ordinal"):
                 for v in node.values:
-                    i = _integral(v)
+                    i = integral(v)
                     if i is not None:
                         top = max(top, abs(i))
                     else:
@@ -380,7 +357,7 @@ class Program:
         return codes
 
     def code(self, value: Any) -> int:
-        i = _integral(value)
+        i = integral(value)
         return i if i is not None else self.codes[value]
 
     # ------------------------------------------------------------------ layers
@@ -433,14 +410,6 @@ def _tree_predicate(sel: Selector) -> Callable[[Any, Any], bool]:
     return lambda k, q: a(k, q) or b(k, q)
 
 
-def _integral(v: Any) -> int | None:
-    """``int(v)`` when the number ``v`` equals an integer (bools included), else ``None``."""
-    if isinstance(v, (int, bool)):
-        return int(v)
-    x = exact(v)
-    return int(x) if x is not None and x.denominator == 1 else None
-
-
 def _selector_tree(sel: Selector) -> Any:
     """The selectors of an And/Or/Not tree, without descending into its s-ops."""
     yield sel
@@ -457,19 +426,3 @@ def _unknown(node: Node) -> str:
         part = next(p for p in node.parts if p.values is None)
         return f"its part {part.label!r}: {_unknown(part)}"
     return node.unknown or "not inferred"
-
-
-def _mean_unknown(value: Node, n: int) -> str:
-    """The reason :func:`_mean_values` found no value set."""
-    if not set(value.values) <= {0, 1}:
-        return (f"it is a numerical mean of {value.label!r}, whose values are not all in {{0, 1}}, "
-                "so the set of possible averages is not enumerated")
-    return (f"it is a numerical mean, whose possible averages are enumerated only up to "
-            f"max_seq_len = {MEAN_MAX_N} (here {n})")
-
-
-def _mean_values(values: list, default: Any, n: int) -> list | None:
-    """tracr's rule: a numerical mean has a known value set only for inputs in {0, 1}."""
-    if not set(values) <= {0, 1} or n > MEAN_MAX_N:
-        return None
-    return sort_values({i / w for w in range(1, n + 1) for i in range(w + 1)} | {default})
