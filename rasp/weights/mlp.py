@@ -20,11 +20,14 @@ MLP at all (its readers apply it).
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from rasp.weights.graph import CompileError, Node, _op_name, _unknown
 from rasp.weights.layout import Feature, Layout, add
+
+ORDER_BUDGET = 2_000_000   # table entries sorted while choosing the order of a lookup's inputs
 
 
 @dataclass
@@ -108,8 +111,18 @@ def _component(n: Node, layout: Layout) -> tuple[dict, int, Feature, float]:
 
 def _best_strides(comps: list, outs: dict[tuple, Any]) -> list[int]:
     """Mixed-radix strides for the inputs, choosing which input is most significant so that the
-    interpolation has the fewest output changes (hence hidden units); tried up to 50k entries."""
-    orders = list(itertools.permutations(range(len(comps)))) if len(outs) <= 50_000 else [None]
+    interpolation has the fewest output changes (hence hidden units); tried up to 50k entries.
+    Every order of the inputs is tried while (orders x entries) stays within ``ORDER_BUDGET``;
+    past it (many inputs, as in an n-gram cell of ``k`` flags: k! orders) only the ``k`` orders
+    that make one input the most significant, so compiling stays O(k * entries)."""
+    k = len(comps)
+    orders: list = [None]
+    if len(outs) <= 50_000:
+        if math.factorial(k) * len(outs) <= ORDER_BUDGET:
+            orders = list(itertools.permutations(range(k)))
+        else:
+            rest = list(reversed(range(k)))
+            orders = [tuple(c for c in rest if c != top) + (top,) for top in rest]
     best: tuple[int, list[int]] | None = None
     for order in orders:
         order = order or tuple(reversed(range(len(comps))))
