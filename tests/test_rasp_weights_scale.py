@@ -180,3 +180,22 @@ def test_a_nearly_affine_map_is_not_taken_for_an_affine_one():
     opp = SequenceMap(lambda a, b: a - b + (1 if (a, b) == (9, 2) else 0), length, bent)
     program = Aggregate(Select(indices, Map(lambda v: v - 1, opp), Comparison.EQ), tokens, default="-")
     _agree(program, LETTERS, 12, False)
+
+
+def test_affine_forms_are_checked_exactly():
+    from fractions import Fraction
+
+    from rasp.weights.affine import affine_form
+
+    xs, ys = list(range(-3, 12)), list(range(0, 9))
+    form = affine_form(Map(lambda x: 3 * x + 1, indices), [xs], 10**6)
+    assert (form.coeffs, form.const, form.integral) == ((3,), 1, True)
+    form = affine_form(SequenceMap(lambda x, y: (x - 2 * y) / 4, indices, indices), [xs, ys], 10**6)
+    assert (form.coeffs, form.const, form.integral) == ((Fraction(1, 4), Fraction(-1, 2)), 0, False)
+    assert affine_form(Map(lambda x: x * 0.1, indices), [xs], 10**6) is None        # rounds at x = 3
+    assert affine_form(Map(lambda x: x > 2, indices), [xs], 10**6) is None          # booleans
+    bent = SequenceMap(lambda x, y: x - y + (x == 9 and y == 2), indices, indices)
+    assert affine_form(bent, [xs, ys], 10**6) is None                             # off at one pair
+    assert affine_form(bent, [xs, ys], 100) is None                               # too many pairs to check
+    form = affine_form(length - indices, [list(range(1, 10**4 + 1)), list(range(10**4))], 100)
+    assert (form.coeffs, form.integral) == ((1, -1), True)                        # by definition

@@ -95,38 +95,51 @@ def affine_form(sop: SOp, domains: Sequence[Sequence[Any] | None], limit: int) -
         return Affine(coeffs, Fraction(0), integral)
     if any(d is None or not d for d in domains) or math.prod(len(d) for d in domains) > limit:
         return None
-    points: dict[tuple, Fraction] = {}
-    for args in itertools.product(*domains):
-        xs = tuple(exact(x) for x in args)
-        try:
-            y = exact(sop.f(*args))
-        except Exception:  # noqa: BLE001 - not affine; the lookup path reports the failure
-            return None
-        if y is None or any(x is None for x in xs):
-            return None
-        points[xs] = y
-    found = _solve(points, len(domains))
-    if found is None:
-        return None
-    coeffs, const = found
-    if any(sum(a * x for a, x in zip(coeffs, xs)) + const != y for xs, y in points.items()):
+    try:
+        exact_domains = [[_exact_or_fail(x) for x in d] for d in domains]
+        base = [d[0] for d in domains]
+        f0 = _value(sop, base)
+        coeffs = []
+        for i, d in enumerate(domains):                 # one step along each input
+            if len(d) == 1:
+                coeffs.append(Fraction(0))
+                continue
+            step = list(base)
+            step[i] = d[1]
+            coeffs.append((_value(sop, step) - f0) / (exact_domains[i][1] - exact_domains[i][0]))
+        const = f0 - sum(a * d[0] for a, d in zip(coeffs, exact_domains))
+        # the axes first (cheap, and most non-affine functions fail there), then every point
+        axes = [tuple(d[0] if j != i else x for j, d in enumerate(domains))
+                for i, d in enumerate(domains) for x in d]
+        for args in itertools.chain(axes, itertools.product(*domains)):
+            want = sum((a * Fraction(x) for a, x in zip(coeffs, args)), const)
+            if _value(sop, args) != want:
+                return None
+    except _NotAffine:
         return None
     integral = (_all_int(domains) and const.denominator == 1
                 and all(a.denominator == 1 for a in coeffs))
-    return Affine(coeffs, const, integral)
+    return Affine(tuple(coeffs), const, integral)
 
 
-def _solve(points: dict[tuple, Fraction], arity: int) -> tuple[tuple[Fraction, ...], Fraction] | None:
-    """Coefficients and constant through a base point and one step along each input."""
-    base = next(iter(points))
-    coeffs = []
-    for i in range(arity):
-        other = next((xs for xs in points if all(xs[j] == base[j] for j in range(arity) if j != i)
-                      and xs[i] != base[i]), None)
-        coeffs.append(Fraction(0) if other is None else
-                      (points[other] - points[base]) / (other[i] - base[i]))
-    const = points[base] - sum(a * x for a, x in zip(coeffs, base))
-    return tuple(coeffs), const
+class _NotAffine(Exception):
+    """A value that is not an exact number, or a function that fails."""
+
+
+def _exact_or_fail(v: Any) -> Fraction:
+    x = exact(v)
+    if x is None:
+        raise _NotAffine
+    return x
+
+
+def _value(sop: SOp, args: Sequence[Any]) -> Fraction:
+    try:
+        return _exact_or_fail(sop.f(*args))
+    except _NotAffine:
+        raise
+    except Exception:  # noqa: BLE001 - not affine; the lookup path reports the failure
+        raise _NotAffine from None
 
 
 def affine_values(form: Affine, domains: Sequence[Sequence[Any]]) -> list[int] | None:

@@ -20,6 +20,7 @@ from typing import Any
 
 from lengthgen.basis import NamedBasis
 from rasp.weights.graph import CompileError, Node, Program
+from rasp.weights.values import integral
 
 Feature = dict[int, float]
 
@@ -106,7 +107,7 @@ class Layout:
             raise CompileError(f"{node.label!r} has non-numeric values; it cannot be read as a number")
         if node.encoding == "onehot":
             return {d: float(v) for v, d in self.value_dims[id(node)].items()}
-        if any(not isinstance(v, (int, bool)) for v in node.values):
+        if any(integral(v) is None for v in node.values):
             raise CompileError(f"{node.label!r} holds non-integer values in an ordinal code")
         return {self.dims[id(node)][0]: 1.0}      # ordinal: integer values are their own codes
 
