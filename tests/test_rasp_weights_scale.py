@@ -199,3 +199,22 @@ def test_affine_forms_are_checked_exactly():
     assert affine_form(bent, [xs, ys], 100) is None                               # too many pairs to check
     form = affine_form(length - indices, [list(range(1, 10**4 + 1)), list(range(10**4))], 100)
     assert (form.coeffs, form.integral) == ((1, -1), True)                        # by definition
+
+
+def test_affine_chains_fold_only_when_nothing_else_reads_the_link():
+    """``make_reverse``'s ``length - indices`` folds into ``- 1`` (3 layers, not 4); a link that a
+    selector or a non-affine map also reads keeps its own MLP, and the results stay exact."""
+    assert _reverse(200).stats["layers"] == 3
+    opp = (length - indices).named("opp")
+    back = Aggregate(Select(indices, opp - 1, Comparison.EQ), tokens, default="-")
+    both_affine = SequenceMap(lambda a, b: a + b, back,
+                         Aggregate(Select(indices, opp - 2, Comparison.EQ), tokens, default="-"))
+    shown = SequenceMap(lambda a, o: f"{a}{o}", back, opp)
+    also_selected = SequenceMap(lambda a, b: a + b, back,
+                                Aggregate(Select(indices, opp, Comparison.EQ), tokens, default="-"))
+    for program in (both_affine, shown, also_selected):
+        ct = compile_to_transformer(program, LETTERS, 12, causal=False)
+        folded = [n.label for n in ct.program.nodes if n.kind == "folded"]
+        assert folded == (["opp"] if program is both_affine else []), folded
+        for xs in _inputs(12, LETTERS, 12):
+            assert ct.run(xs) == list(evaluate(program, xs, causal=False, fast=False).column(program))

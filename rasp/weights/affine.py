@@ -149,3 +149,43 @@ def affine_values(form: Affine, domains: Sequence[Sequence[Any]]) -> list[int] |
         return None
     corners = [form(*c) for c in itertools.product(*((min(d), max(d)) for d in domains))]
     return list(range(int(min(corners)), int(max(corners)) + 1))
+
+
+def fold_chains(nodes: Sequence[Any], output: Any, pinned: set[int]) -> None:
+    """Fold categorical integral affine s-ops into readers that are such s-ops too.
+
+    ``make_reverse``'s ``opp_idx - 1`` reads ``opp_idx = length - indices``: its identity table can
+    read ``z = length - indices - 1`` directly, so ``opp_idx`` needs no MLP of its own when no
+    other op reads it. ``nodes`` are the program's nodes in topological order (duck-typed
+    :class:`rasp.weights.graph.Node`); ``pinned`` holds the uids of s-ops that a selector reads.
+    A folded node becomes kind ``folded``: no dimension, no layer.
+    """
+    def foldable(n: Any) -> bool:
+        return (n.kind == "mlp" and n.affine is not None and n.affine.integral
+                and n.sop.encoding.value == "categorical")
+
+    readers: dict[int, list] = {id(n): [] for n in nodes}
+    for n in nodes:
+        for d in n.deps:
+            readers[id(d)].append(n)
+
+    def absorbed(d: Any) -> bool:
+        return (foldable(d) and d is not output and d.sop.uid not in pinned and readers[id(d)]
+                and all(foldable(r) for r in readers[id(d)]))
+
+    for n in nodes:
+        if not foldable(n) or not any(absorbed(d) for d in n.deps):
+            continue
+        terms: dict[Any, Fraction] = {}
+        const = n.affine.const
+        for d, a in zip(n.deps, n.affine.coeffs):
+            parts = zip(d.deps, d.affine.coeffs) if absorbed(d) else [(d, Fraction(1))]
+            if absorbed(d):
+                const += a * d.affine.const
+            for dd, b in parts:
+                terms[dd] = terms.get(dd, Fraction(0)) + a * b
+        n.deps = list(terms)
+        n.affine = Affine(tuple(terms.values()), const, True)
+    for n in nodes:
+        if absorbed(n):
+            n.kind = "folded"

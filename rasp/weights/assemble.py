@@ -99,10 +99,13 @@ class CompiledTransformer:
             if node.kind in ("token", "position"):
                 where = "W_E" if node.kind == "token" else "W_pos"
                 lines.append(f"  {where}: {node.label} ({node.encoding}, {len(node.values)} values)")
-        for node in self.program.nodes:
-            if node.kind == "linear":
-                lines.append(f"  linear (no layer; read by its consumers): {node.label} = "
-                             f"{node.affine.text([d.label for d in node.deps])}")
+        free = [n for n in self.program.nodes if n.kind in ("linear", "folded")]
+        if free:
+            lines.append("no layer (affine; read by the ops that use them):")
+        for node in free:
+            form = node.affine.text([d.label for d in node.deps])
+            lines.append(f"  {node.label} = {form}" if node.kind == "linear" else
+                         f"  {node.label}: folded into the affine s-ops that read it")
         for layer in range(len(self.heads)):
             for h, head in enumerate(self.heads[layer]):
                 lines.append(f"layer {layer} head {h}: {head.text}")

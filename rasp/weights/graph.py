@@ -30,7 +30,7 @@ from rasp.core import (Aggregate, Comparison, Encoding, Full, IndicesType, Lengt
 from rasp.errors import RASPError
 from rasp.evaluate import evaluate
 from rasp.tracr_ops import ConstantSelector, ConstantSOp
-from rasp.weights.affine import Affine, affine_form, affine_values
+from rasp.weights.affine import Affine, affine_form, affine_values, fold_chains
 from rasp.weights.values import CompileError, integral, mean_unknown, mean_values, sort_values
 
 ONEHOT_MAX = 32        # categorical value sets up to this size are one-hot (tracr's layout)
@@ -58,7 +58,7 @@ class Node:
 
     sop: SOp
     label: str
-    kind: str                       # token | position | mlp | attn | width | tuple | linear
+    kind: str                       # token | position | mlp | attn | width | tuple | linear | folded
     deps: list["Node"] = field(default_factory=list)
     parts: list["Node"] = field(default_factory=list)   # tuple nodes: flattened components
     values: list | None = None      # sorted distinct values; None = unknown (numerical only)
@@ -113,6 +113,7 @@ class Program:
                 self.by_uid[expr.uid] = node
         for node in self.nodes:
             self._infer_values(node)
+        fold_chains(self.nodes, self.by_uid[output.uid], self._selector_inputs())
         for node in self.nodes:
             if node.kind in ("attn", "width"):
                 self._plan_attention(node)
@@ -249,6 +250,15 @@ class Program:
         return [tuple(t) for t in itertools.product(*(p.values for p in node.parts))]
 
     # ------------------------------------------------------------------ selectors
+    def _selector_inputs(self) -> set[int]:
+        """The uids of the s-ops that some selector compares (keys and queries)."""
+        out: set[int] = set()
+        for node in self.nodes:
+            selector = getattr(node.sop, "selector", None) if node.kind in ("attn", "width") else None
+            for sel in _selector_tree(selector) if selector is not None else ():
+                out |= {s.uid for s in sel.children if isinstance(s, SOp)}
+        return out
+
     def _plan_attention(self, node: Node) -> None:
         sop = node.sop
         selector = sop.selector if isinstance(sop, (Aggregate, SelectorWidth)) else None
@@ -321,6 +331,8 @@ class Program:
         for node in self.nodes:
             if node.kind == "tuple":
                 node.encoding = "tuple"
+            elif node.kind == "folded":
+                node.encoding = "folded"
             elif node.sop.encoding == Encoding.NUMERICAL:
                 node.encoding = "numerical"
             else:
@@ -367,7 +379,7 @@ class Program:
                 node.slot = -1
                 continue
             ready = max([d.slot for d in node.deps] + [-1])
-            if node.kind in ("tuple", "linear"):      # no layer of its own
+            if node.kind in ("tuple", "linear", "folded"):      # no layer of its own
                 node.slot = ready
                 continue
             slot = ready + 1                            # first sub-layer after the inputs ...

@@ -45,7 +45,7 @@ class Layout:
         self.dims: dict[int, list[int]] = {}
         self.value_dims: dict[int, dict[Any, int]] = {}
         for node in program.nodes:
-            if node.encoding == "tuple" or node.kind == "linear":
+            if node.encoding == "tuple" or node.kind in ("linear", "folded"):
                 continue
             start = len(labels)
             if node.encoding == "onehot":
