@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Sequence
 
-from rasp.core import Map, SequenceMap, SOp
+from rasp.core import Encoding, Map, SequenceMap, SOp
 from rasp.tracr_ops import LinearSequenceMap
 
 
@@ -162,7 +162,7 @@ def fold_chains(nodes: Sequence[Any], output: Any, pinned: set[int]) -> None:
     """
     def foldable(n: Any) -> bool:
         return (n.kind == "mlp" and n.affine is not None and n.affine.integral
-                and n.sop.encoding.value == "categorical")
+                and n.sop.encoding == Encoding.CATEGORICAL)
 
     readers: dict[int, list] = {id(n): [] for n in nodes}
     for n in nodes:

@@ -31,21 +31,14 @@ from rasp.errors import RASPError
 from rasp.evaluate import evaluate
 from rasp.tracr_ops import ConstantSelector, ConstantSOp
 from rasp.weights.affine import Affine, affine_form, affine_values, fold_chains
-from rasp.weights.values import CompileError, integral, mean_unknown, mean_values, sort_values
+from rasp.weights.values import (CompileError, CompileLimitError, integral, mean_unknown,  # noqa: F401
+                                  mean_values, sort_values)
+from rasp.weights.values import unknown as _unknown
 
 ONEHOT_MAX = 32        # categorical value sets up to this size are one-hot (tracr's layout)
 TABLE_MAX = 512        # ... and up to this size when an order/custom predicate needs a table
 LOOKUP_MAX = 400_000   # entries of one MLP lookup table (product of its inputs' value sets)
 TUPLE_FUNCS = (lib.tuple_pair, lib.tuple_singleton, lib.tuple_append)
-
-
-class CompileLimitError(CompileError):
-    """A size limit of the compiler was hit: ``what`` (e.g. "an MLP lookup table of 7323648
-    entries") is over the limit ``limit_name`` = ``limit``."""
-
-    def __init__(self, message: str, *, what: str, limit_name: str, limit: int) -> None:
-        super().__init__(message)
-        self.what, self.limit_name, self.limit = what, limit_name, limit
 
 
 def _op_name(sop: Any) -> str:
@@ -430,11 +423,3 @@ def _selector_tree(sel: Selector) -> Any:
         yield from _selector_tree(sel.snd)
     elif isinstance(sel, SelectorNot):
         yield from _selector_tree(sel.inner)
-
-
-def _unknown(node: Node) -> str:
-    """Why ``node``'s value set is unknown (tuples: their first unknown part)."""
-    if node.kind == "tuple":
-        part = next(p for p in node.parts if p.values is None)
-        return f"its part {part.label!r}: {_unknown(part)}"
-    return node.unknown or "not inferred"

@@ -29,7 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rasp.core import Aggregate
-from rasp.weights.graph import Atom, CompileError, Node, _unknown
+from rasp.weights.graph import Atom, CompileError, Node
+from rasp.weights.values import unknown as _unknown
 from rasp.weights.layout import Feature, Layout, add
 
 MARGIN = 40.0     # score gap between intended and other keys (mean, max, min)

@@ -24,7 +24,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from rasp.weights.graph import CompileError, Node, _op_name, _unknown
+from rasp.weights.graph import CompileError, Node, _op_name
+from rasp.weights.values import unknown as _unknown
 from rasp.weights.layout import Feature, Layout, add
 
 ORDER_BUDGET = 2_000_000   # table entries sorted while choosing the order of a lookup's inputs

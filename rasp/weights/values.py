@@ -1,7 +1,7 @@
 """Value sets and integer codes of the weights compiler (docs/turing-programs.md, "Value sets").
 
 tracr infers every s-op's value set from the vocabulary and ``max_seq_len`` (Lindner et al.
-2023, Sec. 3); these are the helpers that order the values, identify equal numbers, and
+2023, Sec. 3); these functions order the values, identify equal numbers, and
 enumerate a numerical mean's possible averages.
 """
 from __future__ import annotations
@@ -17,6 +17,15 @@ MEAN_MAX_N = 64        # a numerical mean's value set is enumerated up to this m
 class CompileError(RASPError):
     """A RASP construct the weights compiler cannot turn into exact weights (the message names
     the op and the reason)."""
+
+
+class CompileLimitError(CompileError):
+    """A size limit of the compiler was hit: ``what`` (e.g. "an MLP lookup table of 7323648
+    entries") is over the limit ``limit_name`` = ``limit``."""
+
+    def __init__(self, message: str, *, what: str, limit_name: str, limit: int) -> None:
+        super().__init__(message)
+        self.what, self.limit_name, self.limit = what, limit_name, limit
 
 
 def sort_values(values: Any) -> list:
@@ -59,3 +68,11 @@ def mean_values(values: list, default: Any, n: int) -> list | None:
     if not set(values) <= {0, 1} or n > MEAN_MAX_N:
         return None
     return sort_values({i / w for w in range(1, n + 1) for i in range(w + 1)} | {default})
+
+
+def unknown(node: Any) -> str:
+    """Why ``node``'s value set is unknown (tuples: their first unknown part)."""
+    if node.kind == "tuple":
+        part = next(p for p in node.parts if p.values is None)
+        return f"its part {part.label!r}: {unknown(part)}"
+    return node.unknown or "not inferred"
