@@ -2,7 +2,8 @@
 
 np-rasp's ``core.py`` / ``lib.py`` names (Zhou et al.'s RASP-L; predicates called
 as ``pred(key, query)``), tracr's ``lib.py`` (``make_length``, ``make_hist``,
-``make_reverse``, ``make_sort_unique``) and ``masked_ngram`` for program P. Everything returns IR nodes; evaluate them with
+``make_reverse``, ``make_sort_unique``, ``make_sort``, ``make_sort_freq``,
+``make_count_less_freq``) and ``masked_ngram`` for program P. Everything returns IR nodes; evaluate them with
 :func:`rasp.evaluate.evaluate` (``causal=True`` for RASP-L semantics).
 """
 from __future__ import annotations
@@ -17,7 +18,8 @@ from rasp.core import (Aggregate, Comparison, Full, Map, Select, Selector, Selec
 __all__ = [
     "full", "tok_map", "seq_map", "select", "sel_width", "aggr", "kqv", "equals", "leq", "lt",
     "geq", "gt", "shift_right", "index_select", "cumsum", "firsts", "lasts", "where",
-    "make_length", "make_hist", "make_reverse", "make_sort_unique", "masked_ngram", "shift_selector",
+    "make_length", "make_hist", "make_reverse", "make_sort_unique", "make_sort", "make_sort_freq",
+    "make_count_less_freq", "masked_ngram", "shift_selector",
     "make_pair", "tuple_pair", "tuple_singleton", "tuple_append", "indices", "tokens",
 ]
 
@@ -175,6 +177,27 @@ def make_sort_unique(vals: SOp, keys: SOp) -> SOp:
     target_pos = SelectorWidth(smaller).named("target_pos")
     sel_new = Select(target_pos, indices, Comparison.EQ)
     return Aggregate(sel_new, vals).named("sort")
+
+
+def make_sort(vals: SOp, keys: SOp, *, max_seq_len: int, min_key: float) -> SOp:
+    """tracr ``make_sort`` (non-causal): ``vals`` sorted by ``keys``, ties broken by position
+    (the keys ``key + min_key * i / max_seq_len`` are unique)."""
+    keys = SequenceMap(lambda x, i: x + min_key * i / max_seq_len, keys, indices).named("keys")
+    return make_sort_unique(vals, keys)
+
+
+def make_sort_freq(max_seq_len: int) -> SOp:
+    """tracr ``make_sort_freq`` (non-causal): the tokens, most frequent first."""
+    hist = (-1 * make_hist()).named("hist")
+    return make_sort(tokens, hist, max_seq_len=max_seq_len, min_key=1).named("sort_freq")
+
+
+def make_count_less_freq(n: int) -> SOp:
+    """tracr ``make_count_less_freq``: how many positions hold a token that occurs at most
+    ``n`` times (tracr's predicate ``lambda key, query: key <= n``)."""
+    hist = make_hist().named("hist")
+    select_less = Select(hist, hist, lambda x, y: x <= n).named("select_less")
+    return SelectorWidth(select_less).named("count_less_freq")
 
 
 # ---------------------------------------------------------------------- masked n-grams

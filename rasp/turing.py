@@ -195,8 +195,19 @@ def _run_transformer_backend(tm: TuringMachine, n: int, vocab: Vocab, ref: list[
     """Compile program P to transformer weights for this trace's length; size into ``extra``."""
     from rasp.weights.turing import transformer_program
 
+    from rasp.weights.graph import CompileError, CompileLimitError
+
     tp = transformer_program(tm, n, vocab=vocab)
-    compiled = tp.to_transformer(len(ref))
+    try:
+        compiled = tp.to_transformer(len(ref))
+    except CompileLimitError as exc:
+        raise RASPError(f"--backend transformer: for this input program P (ngram={n}, "
+                        f"{len(ref)} trace tokens) needs {exc.what}, over the compiler's limit "
+                        f"{exc.limit_name} = {exc.limit}; use a shorter input (fewer digits), or "
+                        "--backend interpreter") from None
+    except CompileError as exc:
+        raise RASPError(f"--backend transformer: program P for this input does not compile to "
+                        f"weights ({exc}); use --backend interpreter") from None
     stats = compiled.compiled.stats
     extra.update(layers=stats["layers"], heads=stats["heads"], d_model=stats["d_model"],
                  d_mlp=stats["d_mlp"], n_params=stats["params"],

@@ -99,6 +99,13 @@ class CompiledTransformer:
             if node.kind in ("token", "position"):
                 where = "W_E" if node.kind == "token" else "W_pos"
                 lines.append(f"  {where}: {node.label} ({node.encoding}, {len(node.values)} values)")
+        free = [n for n in self.program.nodes if n.kind in ("linear", "folded")]
+        if free:
+            lines.append("no layer (affine; read by the ops that use them):")
+        for node in free:
+            form = node.affine.text([d.label for d in node.deps])
+            lines.append(f"  {node.label} = {form}" if node.kind == "linear" else
+                         f"  {node.label}: folded into the affine s-ops that read it")
         for layer in range(len(self.heads)):
             for h, head in enumerate(self.heads[layer]):
                 lines.append(f"layer {layer} head {h}: {head.text}")
@@ -189,6 +196,33 @@ def _put(matrix: torch.Tensor, feature: Feature, column: int) -> None:
         matrix[d, column] += c
 
 
+class _Entries:
+    """A float64 matrix collected as (row, column, value) entries and built with one
+    accumulating ``index_put_`` (entry-by-entry tensor indexing dominated large compilations)."""
+
+    def __init__(self, rows: int, cols: int) -> None:
+        self.shape, self.r, self.c, self.v = (rows, cols), [], [], []
+
+    def column(self, feature: Feature, column: int) -> None:
+        """``M[d, column] += c`` for each ``d: c`` of the feature."""
+        self.r += feature.keys()
+        self.c += [column] * len(feature)
+        self.v += feature.values()
+
+    def row(self, row: int, feature: Feature) -> None:
+        """``M[row, d] += c`` for each ``d: c`` of the feature."""
+        self.r += [row] * len(feature)
+        self.c += feature.keys()
+        self.v += feature.values()
+
+    def dense(self) -> torch.Tensor:
+        m = torch.zeros(self.shape, dtype=torch.float64)
+        if self.v:
+            m.index_put_((torch.tensor(self.r, dtype=torch.long), torch.tensor(self.c, dtype=torch.long)),
+                         torch.tensor(self.v, dtype=torch.float64), accumulate=True)
+        return m
+
+
 def _fill(model: Transformer, prog: Program, layout: Layout, heads: list[list[HeadSpec]],
           mlps: list[list[MLPBlock]], classes: list) -> None:
     dt = model.cfg.torch_dtype
@@ -210,33 +244,30 @@ def _fill(model: Transformer, prog: Program, layout: Layout, heads: list[list[He
     for layer, (hs, blocks) in enumerate(zip(heads, mlps)):
         attn, mlp = model.blocks[layer].attn, model.blocks[layer].mlp
         for h, head in enumerate(hs):
-            W_Q = torch.zeros(len(layout), model.cfg.d_head, dtype=torch.float64)
-            W_K, W_V = torch.zeros_like(W_Q), torch.zeros_like(W_Q)
-            W_O = torch.zeros(model.cfg.d_head, len(layout), dtype=torch.float64)
+            W_Q, W_K, W_V = (_Entries(len(layout), model.cfg.d_head) for _ in range(3))
+            W_O = _Entries(model.cfg.d_head, len(layout))
             for e, (q, k) in enumerate(head.qk):
-                _put(W_Q, q, e)
-                _put(W_K, k, e)
+                W_Q.column(q, e)
+                W_K.column(k, e)
             for e, (v, o) in enumerate(head.ov):
-                _put(W_V, v, e)
-                for d, c in o.items():
-                    W_O[e, d] += c
+                W_V.column(v, e)
+                W_O.row(e, o)
             for param, value in ((attn.W_Q, W_Q), (attn.W_K, W_K), (attn.W_V, W_V), (attn.W_O, W_O)):
-                param[h].copy_(value.to(dt))
-        W_in = torch.zeros(len(layout), model.cfg.d_mlp, dtype=torch.float64)
-        b_in = torch.zeros(model.cfg.d_mlp, dtype=torch.float64)
-        W_out = torch.zeros(model.cfg.d_mlp, len(layout), dtype=torch.float64)
+                param[h].copy_(value.dense().to(dt))
+        W_in, W_out = _Entries(len(layout), model.cfg.d_mlp), _Entries(model.cfg.d_mlp, len(layout))
+        b_in = [0.0] * model.cfg.d_mlp
         b_out = torch.zeros(len(layout), dtype=torch.float64)
         u = 0
         for block in blocks:
             for d, c in block.out_bias.items():
                 b_out[d] += c
             for w_in, bias, w_out in block.units:
-                _put(W_in, w_in, u)
+                W_in.column(w_in, u)
                 b_in[u] = bias
-                for d, c in w_out.items():
-                    W_out[u, d] += c
+                W_out.row(u, w_out)
                 u += 1
-        for param, value in ((mlp.W_in, W_in), (mlp.b_in, b_in), (mlp.W_out, W_out), (mlp.b_out, b_out)):
+        for param, value in ((mlp.W_in, W_in.dense()), (mlp.b_in, torch.tensor(b_in, dtype=torch.float64)),
+                             (mlp.W_out, W_out.dense()), (mlp.b_out, b_out)):
             param.copy_(value.to(dt))
     _fill_unembed(model, prog, layout, classes)
 

@@ -29,17 +29,16 @@ from rasp.core import (Aggregate, Comparison, Encoding, Full, IndicesType, Lengt
                        SequenceMap, SOp, TokensType, walk)
 from rasp.errors import RASPError
 from rasp.evaluate import evaluate
-from rasp.tracr_ops import ConstantSelector, ConstantSOp, LinearSequenceMap
+from rasp.tracr_ops import ConstantSelector, ConstantSOp
+from rasp.weights.affine import Affine, affine_form, affine_values, fold_chains
+from rasp.weights.values import (CompileError, CompileLimitError, integral, mean_unknown,  # noqa: F401
+                                  mean_values, sort_values)
+from rasp.weights.values import unknown as _unknown
 
 ONEHOT_MAX = 32        # categorical value sets up to this size are one-hot (tracr's layout)
 TABLE_MAX = 512        # ... and up to this size when an order/custom predicate needs a table
 LOOKUP_MAX = 400_000   # entries of one MLP lookup table (product of its inputs' value sets)
 TUPLE_FUNCS = (lib.tuple_pair, lib.tuple_singleton, lib.tuple_append)
-
-
-class CompileError(RASPError):
-    """A RASP construct the weights compiler cannot turn into exact weights (the message names
-    the op and the reason)."""
 
 
 def _op_name(sop: Any) -> str:
@@ -52,7 +51,7 @@ class Node:
 
     sop: SOp
     label: str
-    kind: str                       # token | position | mlp | attn | width | tuple
+    kind: str                       # token | position | mlp | attn | width | tuple | linear | folded
     deps: list["Node"] = field(default_factory=list)
     parts: list["Node"] = field(default_factory=list)   # tuple nodes: flattened components
     values: list | None = None      # sorted distinct values; None = unknown (numerical only)
@@ -61,6 +60,8 @@ class Node:
     needs_table: bool = False
     table: dict | None = None       # embedded nodes: token id / position -> value
     atoms: list["Atom"] = field(default_factory=list)   # attn / width nodes
+    affine: Affine | None = None    # a verified affine Map/SequenceMap (rasp.weights.affine)
+    unknown: str = ""               # why ``values`` is None
 
     @property
     def numerical(self) -> bool:
@@ -86,24 +87,6 @@ class Atom:
     text: str = ""
 
 
-def sort_values(values: Any) -> list:
-    """Distinct values in a stable order: natural order when comparable, else by (type, repr)."""
-    uniq: list = []
-    seen: set = set()
-    for v in values:
-        try:
-            if v in seen:
-                continue
-            seen.add(v)
-        except TypeError:
-            raise CompileError(f"unhashable value {v!r} cannot be one-hot encoded") from None
-        uniq.append(v)
-    try:
-        return sorted(uniq)
-    except TypeError:
-        return sorted(uniq, key=lambda v: (type(v).__name__, repr(v)))
-
-
 class Program:
     """The analysed program: nodes in topological order and the global integer codes."""
 
@@ -123,6 +106,7 @@ class Program:
                 self.by_uid[expr.uid] = node
         for node in self.nodes:
             self._infer_values(node)
+        fold_chains(self.nodes, self.by_uid[output.uid], self._selector_inputs())
         for node in self.nodes:
             if node.kind in ("attn", "width"):
                 self._plan_attention(node)
@@ -180,8 +164,11 @@ class Program:
                                    "supported; aggregate each part")
             if value.values is None:
                 node.values = None
+                node.unknown = f"it aggregates {value.label!r}, whose value set is unknown: {value.unknown}"
             elif sop.encoding == Encoding.NUMERICAL and sop.reduce == "mean":
-                node.values = _mean_values(value.values, sop.default, self.n)
+                node.values = mean_values(value.values, sop.default, self.n)
+                if node.values is None:
+                    node.unknown = mean_unknown(value.label, value.values, self.n)
             else:
                 node.values = sort_values(list(value.values) + [sop.default])
             return
@@ -204,19 +191,32 @@ class Program:
     def _map_values(self, node: Node) -> list | None:
         sop = node.sop
         domains = [self._domain(d) for d in node.deps]
-        if isinstance(sop, LinearSequenceMap) and sop.encoding == Encoding.NUMERICAL:
-            return _linear_values(sop, domains)
+        if node.kind == "mlp" and all(d.kind != "tuple" for d in node.deps):
+            node.affine = affine_form(sop, domains, LOOKUP_MAX)
+            if node.affine is not None and sop.encoding == Encoding.NUMERICAL:
+                node.kind = "linear"          # folded into its readers (rasp.weights.affine)
         if any(d is None for d in domains):
-            if sop.encoding == Encoding.NUMERICAL and isinstance(sop, LinearSequenceMap):
+            bad = next(d for d, dom in zip(node.deps, domains) if dom is None)
+            why = f"the value set of its input {bad.label!r} is unknown: {_unknown(bad)}"
+            if node.kind == "linear":
+                node.unknown = f"it is a linear function of {bad.label!r}, and {why}"
                 return None
-            raise CompileError(f"{_op_name(sop)}: the value set of its input is unknown (a "
-                               "numerical mean of values outside {0, 1}), so no lookup table exists")
+            raise CompileError(f"{_op_name(sop)}: no lookup table exists, because {why}")
         size = math.prod(len(d) for d in domains)
         if size > LOOKUP_MAX:
-            if sop.encoding == Encoding.NUMERICAL and isinstance(sop, LinearSequenceMap):
+            values = affine_values(node.affine, domains) if node.affine is not None else None
+            if values is not None:
+                return values
+            if node.kind == "linear":
+                node.unknown = (f"its value set would take {size} evaluations (more than "
+                                f"LOOKUP_MAX = {LOOKUP_MAX}) and its values are not all integers")
                 return None
-            raise CompileError(f"{_op_name(sop)}: its lookup table would have {size} entries "
-                               f"(limit {LOOKUP_MAX}); factor the function through smaller s-ops")
+            raise CompileLimitError(f"{_op_name(sop)}: its lookup table would have {size} entries "
+                                    f"(the product of its inputs' value-set sizes "
+                                    f"{' x '.join(str(len(d)) for d in domains)}), over the limit "
+                                    f"LOOKUP_MAX = {LOOKUP_MAX}; factor the function through smaller "
+                                    "s-ops", what=f"an MLP lookup table of {size} entries",
+                                    limit_name="LOOKUP_MAX", limit=LOOKUP_MAX)
         out = []
         for args in itertools.product(*domains):
             try:
@@ -232,11 +232,26 @@ class Program:
             return node.values
         if any(p.values is None for p in node.parts):
             return None
-        if math.prod(len(p.values) for p in node.parts) > LOOKUP_MAX:
-            raise CompileError(f"{_op_name(node.sop)}: the tuple has too many values to enumerate")
+        size = math.prod(len(p.values) for p in node.parts)
+        if size > LOOKUP_MAX:
+            raise CompileLimitError(f"{_op_name(node.sop)}: the tuple has {size} possible values "
+                                    f"(the product {' x '.join(str(len(p.values)) for p in node.parts)} "
+                                    f"of its parts' value-set sizes), over the limit LOOKUP_MAX = "
+                                    f"{LOOKUP_MAX} of one lookup table",
+                                    what=f"an MLP lookup table of {size} entries",
+                                    limit_name="LOOKUP_MAX", limit=LOOKUP_MAX)
         return [tuple(t) for t in itertools.product(*(p.values for p in node.parts))]
 
     # ------------------------------------------------------------------ selectors
+    def _selector_inputs(self) -> set[int]:
+        """The uids of the s-ops that some selector compares (keys and queries)."""
+        out: set[int] = set()
+        for node in self.nodes:
+            selector = getattr(node.sop, "selector", None) if node.kind in ("attn", "width") else None
+            for sel in _selector_tree(selector) if selector is not None else ():
+                out |= {s.uid for s in sel.children if isinstance(s, SOp)}
+        return out
+
     def _plan_attention(self, node: Node) -> None:
         sop = node.sop
         selector = sop.selector if isinstance(sop, (Aggregate, SelectorWidth)) else None
@@ -280,10 +295,11 @@ class Program:
 
     def _table_atom(self, sel: Selector) -> Atom:
         """Or/Not/order/custom predicates over one key s-op and one query s-op, as a table."""
-        selects = [e for e in walk(sel) if isinstance(e, Select)]
+        tree = list(_selector_tree(sel))
+        selects = [e for e in tree if isinstance(e, Select)]
         pairs = {(s.keys.uid, s.queries.uid) for s in selects}
         if len(pairs) != 1 or any(not isinstance(e, (Select, SelectorAnd, SelectorOr, SelectorNot))
-                                  for e in walk(sel) if isinstance(e, Selector)):
+                                  for e in tree):
             raise CompileError(f"{type(sel).__name__} {sel.label!r}: Or/Not of selects over different "
                                "key/query s-ops is not compiled (an attention score is a sum over "
                                "one key and one query subspace); combine the s-ops into one first")
@@ -308,6 +324,8 @@ class Program:
         for node in self.nodes:
             if node.kind == "tuple":
                 node.encoding = "tuple"
+            elif node.kind == "folded":
+                node.encoding = "folded"
             elif node.sop.encoding == Encoding.NUMERICAL:
                 node.encoding = "numerical"
             else:
@@ -315,8 +333,11 @@ class Program:
                 small = size <= ONEHOT_MAX or (node.needs_table and size <= TABLE_MAX)
                 node.encoding = "onehot" if small else "ordinal"
                 if node.needs_table and not small:
-                    raise CompileError(f"{_op_name(node.sop)} has {size} values; an order or custom "
-                                       f"comparison on it needs a one-hot table (limit {TABLE_MAX})")
+                    raise CompileLimitError(
+                        f"{_op_name(node.sop)} has {size} values; an order or custom comparison on "
+                        f"it needs a one-hot table, limited to TABLE_MAX = {TABLE_MAX} values",
+                        what=f"a one-hot comparison table over {size} values",
+                        limit_name="TABLE_MAX", limit=TABLE_MAX)
         for node in self.nodes:          # an aggregate keeps its value's layout kind
             if node.kind == "attn" and node.encoding in ("onehot", "ordinal"):
                 value = node.deps[0]
@@ -324,21 +345,25 @@ class Program:
                     node.encoding = value.encoding
 
     def _assign_codes(self) -> dict:
-        """Integer codes shared by every s-op (so == compares codes): ints are themselves."""
+        """Integer codes shared by every s-op, so that == compares codes: a value equal to an
+        integer (``1``, ``True``, ``1.0``, ``Fraction(2, 2)``) is coded as that integer, as
+        Python's ``==`` identifies them; every other value gets its own code above them."""
         others = set()
         top = 0
         for node in self.nodes:
             if node.encoding in ("onehot", "ordinal"):
                 for v in node.values:
-                    if isinstance(v, (int, bool)):
-                        top = max(top, abs(int(v)))
+                    i = integral(v)
+                    if i is not None:
+                        top = max(top, abs(i))
                     else:
                         others.add(v)
         codes = {v: top + 1 + i for i, v in enumerate(sort_values(others))}
         return codes
 
     def code(self, value: Any) -> int:
-        return int(value) if isinstance(value, (int, bool)) else self.codes[value]
+        i = integral(value)
+        return i if i is not None else self.codes[value]
 
     # ------------------------------------------------------------------ layers
     def _schedule(self) -> None:
@@ -347,7 +372,7 @@ class Program:
                 node.slot = -1
                 continue
             ready = max([d.slot for d in node.deps] + [-1])
-            if node.kind == "tuple":
+            if node.kind in ("tuple", "linear", "folded"):      # no layer of its own
                 node.slot = ready
                 continue
             slot = ready + 1                            # first sub-layer after the inputs ...
@@ -390,21 +415,11 @@ def _tree_predicate(sel: Selector) -> Callable[[Any, Any], bool]:
     return lambda k, q: a(k, q) or b(k, q)
 
 
-def _linear_values(sop: LinearSequenceMap, domains: list) -> list | None:
-    """Values of ``a*x + b*y``: every pair when few, else (integers) the whole range between."""
-    if any(d is None for d in domains):
-        return None
-    if len(domains[0]) * len(domains[1]) <= LOOKUP_MAX:
-        return sort_values(sop.f(x, y) for x in domains[0] for y in domains[1])
-    ints = all(isinstance(v, int) for d in domains for v in d)
-    if not ints or not all(isinstance(f, int) for f in (sop.fst_fac, sop.snd_fac)):
-        return None
-    ends = [sop.f(x, y) for x in (min(domains[0]), max(domains[0])) for y in (min(domains[1]), max(domains[1]))]
-    return list(range(min(ends), max(ends) + 1))       # a superset: still an exact table
-
-
-def _mean_values(values: list, default: Any, n: int) -> list | None:
-    """tracr's rule: a numerical mean has a known value set only for inputs in {0, 1}."""
-    if not set(values) <= {0, 1} or n > 64:
-        return None
-    return sort_values({i / w for w in range(1, n + 1) for i in range(w + 1)} | {default})
+def _selector_tree(sel: Selector) -> Any:
+    """The selectors of an And/Or/Not tree, without descending into its s-ops."""
+    yield sel
+    if isinstance(sel, (SelectorAnd, SelectorOr)):
+        yield from _selector_tree(sel.fst)
+        yield from _selector_tree(sel.snd)
+    elif isinstance(sel, SelectorNot):
+        yield from _selector_tree(sel.inner)

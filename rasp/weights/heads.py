@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from rasp.core import Aggregate
 from rasp.weights.graph import Atom, CompileError, Node
+from rasp.weights.values import unknown as _unknown
 from rasp.weights.layout import Feature, Layout, add
 
 MARGIN = 40.0     # score gap between intended and other keys (mean, max, min)
@@ -114,7 +115,8 @@ def _rank_feature(value: Node, layout: Layout, reduce: str) -> tuple[Feature, fl
     sign = 1.0 if reduce == "max" else -1.0
     if value.encoding == "numerical":
         if value.values is None:
-            raise CompileError(f"{value.label!r}: max/min of a numerical s-op with unknown values")
+            raise CompileError(f"{value.label!r}: max/min of a numerical s-op needs its value set "
+                               f"(for the tie-break's scale), and it is unknown: {_unknown(value)}")
         nums = sorted({float(v) for v in value.values})
         gap = min((b - a for a, b in zip(nums, nums[1:])), default=1.0)
         low = nums[0] if reduce == "max" else nums[-1]

@@ -8,7 +8,8 @@ sets (docs/turing-programs.md, "Residual layout"):
 * an ordinal s-op owns two dimensions, ``x`` holding the value's integer code ``c`` and
   ``x^2`` holding ``c**2``; equality then is the quadratic form ``-(c_k - c_q)**2``, which
   needs O(1) dimensions however many values there are (positions, large vocabularies);
-* a numerical s-op owns one dimension ``x`` (tracr's numerical);
+* a numerical s-op owns one dimension ``x`` (tracr's numerical), except an affine one
+  (:mod:`rasp.weights.affine`), which owns none: it is read as ``a*x + b*y + c`` of its inputs;
 * ``x:1/(w+1)`` is the scratch dimension of a selector width (tracr's BOS trick).
 
 A *feature* is a linear functional on the residual, a ``{dimension index: coefficient}`` dict.
@@ -19,6 +20,7 @@ from typing import Any
 
 from lengthgen.basis import NamedBasis
 from rasp.weights.graph import CompileError, Node, Program
+from rasp.weights.values import integral
 
 Feature = dict[int, float]
 
@@ -43,7 +45,7 @@ class Layout:
         self.dims: dict[int, list[int]] = {}
         self.value_dims: dict[int, dict[Any, int]] = {}
         for node in program.nodes:
-            if node.encoding == "tuple":
+            if node.encoding == "tuple" or node.kind in ("linear", "folded"):
                 continue
             start = len(labels)
             if node.encoding == "onehot":
@@ -94,13 +96,18 @@ class Layout:
 
     def number(self, node: Node) -> Feature:
         """The value as a number (numerical s-ops, and categorical s-ops with numeric values)."""
+        if node.kind == "linear":
+            form = node.affine
+            parts = [self.number(d) for d in node.deps]
+            out = add(*(add(f, scale=float(a)) for f, a in zip(parts, form.coeffs)))
+            return add(out, {self.one: float(form.const)}) if form.const else out
         if node.encoding == "numerical":
             return {self.dims[id(node)][0]: 1.0}
         if any(not isinstance(v, (int, float)) for v in node.values):
             raise CompileError(f"{node.label!r} has non-numeric values; it cannot be read as a number")
         if node.encoding == "onehot":
             return {d: float(v) for v, d in self.value_dims[id(node)].items()}
-        if any(not isinstance(v, (int, bool)) for v in node.values):
+        if any(integral(v) is None for v in node.values):
             raise CompileError(f"{node.label!r} holds non-integer values in an ordinal code")
         return {self.dims[id(node)][0]: 1.0}      # ordinal: integer values are their own codes
 
@@ -123,7 +130,7 @@ class Layout:
     def read(self, node: Node, vector: Any) -> Any:
         """Decode ``node``'s value from one residual vector (nearest value; numbers as floats)."""
         if node.encoding == "numerical":
-            return float(vector[self.dims[id(node)][0]])
+            return float(sum(c * float(vector[d]) for d, c in self.number(node).items()))
         if node.encoding == "onehot":
             dims = self.value_dims[id(node)]
             return max(dims, key=lambda v: float(vector[dims[v]].detach()))

@@ -12,18 +12,23 @@ interpolation through its points,
 which is exact at every ``z_i`` (with integer codes and unit gaps every term is an integer, so
 float64 computes it without rounding). One hidden unit per change of slope: a step of the
 output costs two, a stretch where the output is constant or linear in ``z`` costs none.
-Linear numerical maps are exact: ``x = ReLU(x) - ReLU(-x)``.
+An affine categorical map with integer values (:mod:`rasp.weights.affine`) is the identity
+table ``z -> z`` on its value set with ``z = a*x + b*y + c`` read linearly from the residual:
+one unit per value, however large its inputs' value sets; an affine numerical map needs no
+MLP at all (its readers apply it).
 """
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from rasp.core import Map
-from rasp.tracr_ops import LinearSequenceMap
 from rasp.weights.graph import CompileError, Node, _op_name
+from rasp.weights.values import unknown as _unknown
 from rasp.weights.layout import Feature, Layout, add
+
+ORDER_BUDGET = 2_000_000   # table entries sorted while choosing the order of a lookup's inputs
 
 
 @dataclass
@@ -58,15 +63,17 @@ def compile_mlp(node: Node, layout: Layout) -> MLPBlock:
     sop = node.sop
     if node.kind == "width":
         return _width_decoder(node, layout)
-    if node.numerical and _is_linear(node):
-        return _linear(node, layout)
+    if node.affine is not None and node.affine.integral and not node.numerical:
+        return _affine_table(node, layout)
     ins = _inputs(node)
     numeric_ins = [n for n in ins if n.numerical]
     if numeric_ins and len(ins) > 1:
         raise CompileError(f"{_op_name(sop)}: a non-linear function of a numerical s-op and "
                            "another s-op has no exact lookup MLP (make the inputs categorical)")
-    if any(n.values is None for n in ins):
-        raise CompileError(f"{_op_name(sop)}: the value set of its numerical input is unknown")
+    bad = next((n for n in ins if n.values is None), None)
+    if bad is not None:
+        raise CompileError(f"{_op_name(sop)}: no lookup table exists, because the value set of its "
+                           f"input {bad.label!r} is unknown: {_unknown(bad)}")
     # z = sum_c stride_c * pos_c, with pos_c the value's position (one-hot) or code offset
     comps = [_component(n, layout) for n in ins]
     outs: dict[tuple, Any] = {}
@@ -105,8 +112,18 @@ def _component(n: Node, layout: Layout) -> tuple[dict, int, Feature, float]:
 
 def _best_strides(comps: list, outs: dict[tuple, Any]) -> list[int]:
     """Mixed-radix strides for the inputs, choosing which input is most significant so that the
-    interpolation has the fewest output changes (hence hidden units); tried up to 50k entries."""
-    orders = list(itertools.permutations(range(len(comps)))) if len(outs) <= 50_000 else [None]
+    interpolation has the fewest output changes (hence hidden units); tried up to 50k entries.
+    Every order of the inputs is tried while (orders x entries) stays within ``ORDER_BUDGET``;
+    past it (many inputs, as in an n-gram cell of ``k`` flags: k! orders) only the ``k`` orders
+    that make one input the most significant, so compiling stays O(k * entries)."""
+    k = len(comps)
+    orders: list = [None]
+    if len(outs) <= 50_000:
+        if math.factorial(k) * len(outs) <= ORDER_BUDGET:
+            orders = list(itertools.permutations(range(k)))
+        else:
+            rest = list(reversed(range(k)))
+            orders = [tuple(c for c in rest if c != top) + (top,) for top in rest]
     best: tuple[int, list[int]] | None = None
     for order in orders:
         order = order or tuple(reversed(range(len(comps))))
@@ -141,38 +158,16 @@ def _piecewise_linear(node: Node, z: Feature, z_bias: float, table: dict[float, 
     return block
 
 
-def _is_linear(node: Node) -> bool:
-    sop = node.sop
-    if isinstance(sop, LinearSequenceMap):
-        return True
-    if isinstance(sop, Map) and node.deps[0].values is not None and node.deps[0].kind != "tuple":
-        xs = [v for v in node.deps[0].values if isinstance(v, (int, float))]
-        if len(xs) != len(node.deps[0].values) or len(xs) < 2:
-            return False
-        a = (sop.f(xs[1]) - sop.f(xs[0])) / (xs[1] - xs[0])
-        b = sop.f(xs[0]) - a * xs[0]
-        return all(abs(sop.f(x) - (a * x + b)) <= 1e-12 * max(1.0, abs(x)) for x in xs)
-    return False
-
-
-def _linear(node: Node, layout: Layout) -> MLPBlock:
-    """``a*x + b*y + c`` with two ReLUs per input (exact)."""
-    sop = node.sop
-    out = layout.write(node, 1.0)
-    if isinstance(sop, LinearSequenceMap):
-        terms, const = [(node.deps[0], sop.fst_fac), (node.deps[1], sop.snd_fac)], 0.0
-        text = f"linear: {sop.fst_fac}*{node.deps[0].label} + {sop.snd_fac}*{node.deps[1].label}"
-    else:
-        xs = node.deps[0].values
-        a = (sop.f(xs[1]) - sop.f(xs[0])) / (xs[1] - xs[0])
-        terms, const = [(node.deps[0], a)], sop.f(xs[0]) - a * xs[0]
-        text = f"linear: {a}*{node.deps[0].label} + {const}"
-    block = MLPBlock(node, f"MLP {text}", out_bias={d: const * c for d, c in out.items()})
-    for inp, fac in terms:
-        x = layout.number(inp)
-        block.units.append((x, 0.0, {d: fac * c for d, c in out.items()}))
-        block.units.append(({d: -c for d, c in x.items()}, 0.0, {d: -fac * c for d, c in out.items()}))
-    return block
+def _affine_table(node: Node, layout: Layout) -> MLPBlock:
+    """The identity table ``z -> z`` on the node's integer values, ``z = a*x + b*y + c`` (the
+    verified affine form): its interpolation has one unit per change of slope, so at most one
+    per value (an ordinal output's code is linear in ``z``, its square is not)."""
+    form = node.affine
+    z = add(*(add(layout.number(d), scale=float(a)) for d, a in zip(node.deps, form.coeffs)))
+    table = {float(v): layout.write(node, v) for v in node.values}
+    text = (f"MLP affine: {node.label} = {form.text([d.label for d in node.deps])} "
+            f"(identity table on {len(node.values)} values)")
+    return _piecewise_linear(node, z, float(form.const), table, text)
 
 
 def _width_decoder(node: Node, layout: Layout) -> MLPBlock:
