@@ -8,7 +8,7 @@
 #    install -- so nothing is downloaded and torch is not copied.
 # 3. `pip install --no-index` the wheel there: pip checks that every declared dependency is present.
 # 4. From an empty directory outside the checkout (so only the installed package can be imported),
-#    run the three commands a user would run first, and one that reads package data (rasp/specs/).
+#    run the three commands a user would run first, and one that reads package data (rasp/turing/specs/).
 #
 # Usage: .ci/wheel_check.sh        (VENV=path/to/venv to borrow another environment's packages)
 set -euo pipefail
@@ -78,6 +78,6 @@ check() {
 check -m constructions.addition --digits 50
 check -m rasp.turing --machine addition --input 12+34
 check -m constructions.nope --task addition --digits 3
-check -m rasp.turing --machine parity --input 1011_   # package data: rasp/specs/parity.json
+check -m rasp.turing --machine parity --input 1011_   # package data: rasp/turing/specs/parity.json
 check -m constructions.addition.certify precision     # package data: the cached precision map
 echo "wheel_check: OK in $(( $(date +%s) - started )) s"

@@ -23,9 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rasp import (Aggregate, Comparison, IncrementalEvaluator, Select, SelectorWidth,  # noqa: E402
                   evaluate, indices, length, numerical, tokens)
-from rasp.compiler import compile_turing_machine  # noqa: E402
-from rasp.library import TASKS  # noqa: E402
-from rasp.machines import Vocab, address_tags, build_trace, min_ngram, simulate, split_configs  # noqa: E402
+from rasp.turing.program import compile_turing_machine  # noqa: E402
+from rasp.turing.library import TASKS  # noqa: E402
+from rasp.turing.machines import Vocab, address_tags, build_trace, min_ngram, simulate, split_configs  # noqa: E402
 
 
 def workloads(tokens: int, rng: random.Random) -> list[tuple[str, str, str, int]]:

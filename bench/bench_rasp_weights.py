@@ -6,7 +6,7 @@ Prints, as Markdown tables:
    of program P (the Turing-Program simulator) for library machines;
 2. the addition machine on 20-digit operands and a >= 10^4-token trace (addition of two
    98-digit numbers) through the compiled transformer with lengthgen.decode.greedy_generate
-   (KV cache), checked token for token against rasp.machines.simulate; seconds and tokens/s
+   (KV cache), checked token for token against rasp.turing.machines.simulate; seconds and tokens/s
    beside the RASP interpreter's incremental evaluator;
 3. float32: for growing traces, whether the float32 compilation of P is still exact
    (teacher-forced) and, at the first failure, which s-op decodes wrong first.
@@ -24,13 +24,13 @@ import time
 import torch
 
 from rasp import lib
-from rasp.compiler import compile_turing_machine
+from rasp.turing.program import compile_turing_machine
 from rasp.core import Aggregate, Comparison, Map, Select, indices, numerical, tokens
-from rasp.library import TASKS
-from rasp.machines import Vocab, build_trace, min_ngram, simulate, split_configs
+from rasp.turing.library import TASKS
+from rasp.turing.machines import Vocab, build_trace, min_ngram, simulate, split_configs
 from rasp.tracr_ops import LinearSequenceMap
 from rasp.weights import compile_to_transformer
-from rasp.weights.turing import transformer_program
+from rasp.turing.transformer import transformer_program
 
 
 def _frac_prevs(bools):

@@ -16,7 +16,7 @@ trap 'rm -rf "$work"' EXIT
 "$PY" -m lengthgen.plot all --construction "$work/construction" --force --threads 1 "$@"
 "$PY" -m constructions.addition.certify precision --figure figures/precision.png --force
 #  4. the heads of the compiled Turing-Program simulator (RASP -> weights) on a short addition trace;
-"$PY" -m rasp.weights.plot --input 905+97 --out figures/turing_attention.png
+"$PY" -m rasp.turing.plot --input 905+97 --out figures/turing_attention.png
 #  5. the TransformerLens patching example (only where the interp extra is installed).
 if "$PY" -c "import transformer_lens" 2>/dev/null; then
     "$PY" examples/patching.py

@@ -7,12 +7,12 @@ Hou et al., "Universal Length Generalization with Turing Programs" (arXiv 2407.0
 * :mod:`rasp.core`: the immutable expression graph with tracr's names;
 * :mod:`rasp.evaluate`: batch (causal or not) and incremental evaluation;
 * :mod:`rasp.lib`: RASP-L adapters and helpers; :mod:`rasp.analyse`: size and depth;
-* :mod:`rasp.machines`, :mod:`rasp.library`: Turing machines, simulator, traces, tasks;
+* :mod:`rasp.turing.machines`, :mod:`rasp.turing.library`: Turing machines, simulator, traces, tasks;
 * :mod:`rasp.tracr_ops`: tracr's LinearSequenceMap, ConstantSOp, ConstantSelector;
-* :mod:`rasp.compiler`: ``compile_turing_machine``; :mod:`rasp.turing`: the CLI.
+* :mod:`rasp.turing.program`: ``compile_turing_machine``; :mod:`rasp.turing`: the CLI.
 """
 from rasp.analyse import ProgramStats, analyse
-from rasp.compiler import TuringProgram, compile_turing_machine
+from rasp.turing.program import TuringProgram, compile_turing_machine
 from rasp.core import (Aggregate, Comparison, Encoding, Full, Map, Select, SelectorAnd,
                        SelectorNot, SelectorOr, SelectorWidth, SequenceMap, SOp, Selector,
                        categorical, indices, length, numerical, tokens)
@@ -20,7 +20,7 @@ from rasp.errors import (AmbiguousAggregateError, AmbiguousLookupError, Constant
                          MachineInputError, MachineSpecError, RASPError, RASPSizeError,
                          RASPTypeError, StepBudgetExceeded)
 from rasp.evaluate import Evaluation, IncrementalEvaluator, evaluate
-from rasp.machines import TuringMachine, Vocab, build_trace, min_ngram, simulate
+from rasp.turing.machines import TuringMachine, Vocab, build_trace, min_ngram, simulate
 from rasp.tracr_ops import ConstantSelector, ConstantSOp, LinearSequenceMap
 
 __all__ = [

@@ -25,8 +25,7 @@ from rasp.predicates import Comparison, Encoding
 
 __all__ = ["Comparison", "Encoding", "RASPExpr", "SOp", "tokens", "indices", "length", "Map",
            "SequenceMap", "Full", "Aggregate", "SelectorWidth", "Selector", "Select", "SelectorAnd",
-           "SelectorOr", "SelectorNot", "numerical", "categorical", "walk", "REDUCTIONS",
-           "LinearSequenceMap", "ConstantSOp", "ConstantSelector"]
+           "SelectorOr", "SelectorNot", "numerical", "categorical", "walk", "REDUCTIONS"]
 
 _ids = itertools.count()
 
@@ -404,7 +403,3 @@ def walk(root: RASPExpr) -> Iterator[RASPExpr]:
             if child.uid not in seen:
                 stack.append((child, False))
 
-
-# tracr's constant and linear ops build on the classes above; re-exported here for
-# ``from rasp.core import ...`` (the package always imports this module first).
-from rasp.tracr_ops import ConstantSelector, ConstantSOp, LinearSequenceMap  # noqa: E402

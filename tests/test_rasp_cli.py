@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rasp.turing import main
+from rasp.turing.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,17 +1,17 @@
 """Program P (the RASP Turing-program simulator) against the reference simulator.
 
-Oracle: :func:`rasp.machines.simulate` + :func:`build_trace` (plain Python) and Python ints.
+Oracle: :func:`rasp.turing.machines.simulate` + :func:`build_trace` (plain Python) and Python ints.
 """
 from __future__ import annotations
 
 import pytest
 from hypothesis import assume, given, settings, strategies as st
 
-from rasp.compiler import compile_turing_machine
+from rasp.turing.program import compile_turing_machine
 from rasp.errors import AmbiguousLookupError, MachineSpecError
-from rasp.library import (addition_machine, addition_tape, increment_machine, multiplication_machine,
+from rasp.turing.library import (addition_machine, addition_tape, increment_machine, multiplication_machine,
                           sample_machine)
-from rasp.machines import (TuringMachine, Vocab, address_tags, build_trace, min_ngram, simulate,
+from rasp.turing.machines import (TuringMachine, Vocab, address_tags, build_trace, min_ngram, simulate,
                            split_configs)
 
 

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, strategies as st
 
 from rasp.errors import MachineInputError, MachineSpecError, StepBudgetExceeded
-from rasp.library import (TASKS, addition_machine, addition_tape, increment_machine,
+from rasp.turing.library import (TASKS, addition_machine, addition_tape, increment_machine,
                           multiplication_machine, random_machine, sample_machine)
-from rasp.machines import (Config, TuringMachine, Vocab, address_tags, build_trace, min_ngram,
+from rasp.turing.machines import (Config, TuringMachine, Vocab, address_tags, build_trace, min_ngram,
                            repeated_ngram, simulate, split_configs)
 
 FLIP = {"states": ["a", "b", "H"], "start": "a", "halt": ["H"], "alphabet": ["0", "1"], "blank": "0",

@@ -1,6 +1,6 @@
 """Seeded random machines (``random:1`` ... ``random:50``, the CLI's ``--machine random:SEED``) on
 several inputs: program P in the interpreter and compiled to transformer weights, both against
-the reference simulator (rasp.machines.simulate, plain Python sharing no code with either).
+the reference simulator (rasp.turing.machines.simulate, plain Python sharing no code with either).
 
 What runs by default, and what it costs on a 2-core machine:
 
@@ -22,10 +22,10 @@ import os
 
 import pytest
 
-from rasp.compiler import compile_turing_machine
-from rasp.machines import Vocab, build_trace, min_ngram, simulate, split_configs
-from rasp.turing import main, resolve
-from rasp.weights.turing import transformer_program
+from rasp.turing.program import compile_turing_machine
+from rasp.turing.machines import Vocab, build_trace, min_ngram, simulate, split_configs
+from rasp.turing.cli import main, resolve
+from rasp.turing.transformer import transformer_program
 
 README_INPUT = "0 1 1 0 1"
 MORE_INPUTS = ("0123450", "5 4 3 2 1 0", "2 0 2 4 1 3 3 5")

@@ -17,7 +17,7 @@ from rasp.core import (Aggregate, Comparison, Map, Select, SelectorWidth, Sequen
                        length, numerical, tokens)
 from rasp.evaluate import evaluate
 from rasp.tracr_ops import LinearSequenceMap
-from rasp.turing import main
+from rasp.turing.cli import main
 from rasp.weights import compile_to_transformer
 from rasp.weights.graph import CompileError
 

@@ -1,5 +1,5 @@
 """The Turing-Program simulator as weights: compiled program P against the reference simulator
-(rasp.machines.simulate, plain Python sharing no code with the compiler), teacher-forced and
+(rasp.turing.machines.simulate, plain Python sharing no code with the compiler), teacher-forced and
 greedy (lengthgen.decode.greedy_generate with a KV cache), and the CLI's transformer backend."""
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import json
 import pytest
 
 from rasp.errors import AmbiguousLookupError
-from rasp.library import TASKS, sample_machine
-from rasp.machines import Vocab, build_trace, min_ngram, simulate, split_configs
-from rasp.turing import main
-from rasp.weights.turing import transformer_program
+from rasp.turing.library import TASKS, sample_machine
+from rasp.turing.machines import Vocab, build_trace, min_ngram, simulate, split_configs
+from rasp.turing.cli import main
+from rasp.turing.transformer import transformer_program
 
 INPUTS = {"addition": "905+97", "multiplication": "4096*7", "increment": "10111", "parity": "1011_"}
 
@@ -33,8 +33,8 @@ def _check_both_modes(tm, tape):
 @pytest.mark.parametrize("name", sorted(INPUTS))
 def test_library_machines(name):
     if name == "parity":
-        from rasp.machines import TuringMachine
-        from rasp.library import SPEC_DIR
+        from rasp.turing.machines import TuringMachine
+        from rasp.turing.library import SPEC_DIR
 
         tm = TuringMachine.from_json(SPEC_DIR / "parity.json")
         tape = tm.parse_tape(INPUTS[name])
@@ -81,7 +81,7 @@ def test_cli_transformer_backend_fails_with_too_small_ngram(capsys):
 
 def test_to_transformer_from_the_interpreters_program():
     import rasp
-    from rasp.compiler import compile_turing_machine
+    from rasp.turing.program import compile_turing_machine
 
     tm, tape = TASKS["increment"].build("1011")
     vocab, ref, n = _reference(tm, tape)
@@ -94,7 +94,7 @@ def test_figure_cli_refuses_bad_input_in_one_line(tmp_path) -> None:
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-m", "rasp.weights.plot", "--input", "9x9", "--out", str(tmp_path / "x.png")],
+    done = subprocess.run([sys.executable, "-m", "rasp.turing.plot", "--input", "9x9", "--out", str(tmp_path / "x.png")],
                           capture_output=True, text=True)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.strip().count("\n") == 0 and "addition input must look like" in done.stderr
@@ -105,12 +105,12 @@ def test_figure_cli_refuses_bad_input_in_one_line(tmp_path) -> None:
 def test_compiled_program_equals_the_interpreters_program_p_on_any_tokens(machine, ngram):
     """Weights == interpreter as functions, not only on traces: on random token sequences (SEP,
     BOS and EOS anywhere) the compiled transformer's output equals the interpreter's program P
-    (rasp.compiler, which has the lookup guard) at every position."""
+    (rasp.turing.program, which has the lookup guard) at every position."""
     import random
 
-    from rasp.compiler import compile_turing_machine
+    from rasp.turing.program import compile_turing_machine
     from rasp.evaluate import evaluate
-    from rasp.turing import resolve
+    from rasp.turing.cli import resolve
 
     tm = resolve(machine, "0 1 1 0 1" if machine.startswith("random") else "1011" if machine == "increment"
                  else "12+34", 10_000).machine

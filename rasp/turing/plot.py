@@ -4,7 +4,7 @@ Each panel is one head's attention pattern (query rows, key columns, teacher-for
 reference trace, the compiler's BOS first), titled with the RASP operation it implements
 (from :meth:`rasp.weights.CompiledTransformer.describe`). Regenerate with
 
-    PYTHONPATH=src:. python -m rasp.weights.plot --out figures/turing_attention.png
+    PYTHONPATH=src:. python -m rasp.turing.plot --out figures/turing_attention.png
 """
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ import torch
 from lengthgen.cli import ArgumentParser, UsageError, run_cli
 from lengthgen.plot import save_figure
 from rasp.errors import MachineInputError
-from rasp.library import TASKS
-from rasp.machines import Vocab, build_trace, min_ngram, simulate, split_configs
-from rasp.weights.turing import transformer_program
+from rasp.turing.library import TASKS
+from rasp.turing.machines import Vocab, build_trace, min_ngram, simulate, split_configs
+from rasp.turing.transformer import transformer_program
 
 
 def draw(task: str, text: str, out: list[Path]) -> None:
@@ -57,7 +57,7 @@ def draw(task: str, text: str, out: list[Path]) -> None:
     save_figure(fig, out)
 
 
-PROG = "python -m rasp.weights.plot"
+PROG = "python -m rasp.turing.plot"
 
 
 def main(argv: list[str] | None = None) -> int:

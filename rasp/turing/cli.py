@@ -19,10 +19,10 @@ from typing import Any, Sequence
 from tqdm import tqdm
 
 from rasp.analyse import analyse
-from rasp.compiler import compile_turing_machine
+from rasp.turing.program import compile_turing_machine
 from rasp.errors import AmbiguousLookupError, RASPError
-from rasp.library import SPEC_DIR, TASKS, Task, random_machine, sample_machine
-from rasp.machines import (TuringMachine, Vocab, address_tags, build_trace, min_ngram, simulate,
+from rasp.turing.library import SPEC_DIR, TASKS, Task, random_machine, sample_machine
+from rasp.turing.machines import (TuringMachine, Vocab, address_tags, build_trace, min_ngram, simulate,
                            split_configs)
 
 EPILOG = """\
@@ -30,7 +30,7 @@ machines:
   addition          multi-digit addition, input "1234+987" (operands interleaved, carry in the state)
   multiplication    N x 1 multiplication, input "1234*7" (one machine per multiplier digit)
   increment         binary +1, input "1011"
-  parity            rasp/specs/parity.json, input "1011_" (writes E/O on the trailing blank)
+  parity            rasp/turing/specs/parity.json, input "1011_" (writes E/O on the trailing blank)
   random:SEED[:STATES:SYMBOLS]
                     the first random machine from SEED on that halts on the input after
                     at least min(cells, 10) steps (rejection sampling; default 4 states,
@@ -193,7 +193,7 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
 def _run_transformer_backend(tm: TuringMachine, n: int, vocab: Vocab, ref: list[int], mode: str,
                              extra: dict[str, Any]) -> Any:
     """Compile program P to transformer weights for this trace's length; size into ``extra``."""
-    from rasp.weights.turing import transformer_program
+    from rasp.turing.transformer import transformer_program
 
     from rasp.weights.graph import CompileError, CompileLimitError
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from rasp.errors import MachineInputError, MachineSpecError, StepBudgetExceeded
-from rasp.machines import Run, TuringMachine, Vocab, build_trace, min_ngram, simulate, split_configs
+from rasp.turing.machines import Run, TuringMachine, Vocab, build_trace, min_ngram, simulate, split_configs
 
 DIGITS = tuple(str(d) for d in range(10))
 SPEC_DIR = Path(__file__).with_name("specs")

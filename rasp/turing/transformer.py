@@ -3,8 +3,8 @@
 Program P (docs/turing-programs.md, "Program P"; Hou et al., arXiv 2407.03310, the RASP
 construction behind their Turing Programs theorem, reconstructed) compiled with
 :func:`rasp.weights.compile_to_transformer`. Three rewrites keep it small and shallow; each
-computes the same values as :func:`rasp.compiler.compile_turing_machine` (the tests check the
-compiled model against the reference simulator, :func:`rasp.machines.simulate`):
+computes the same values as :func:`rasp.turing.program.compile_turing_machine` (the tests check the
+compiled model against the reference simulator, :func:`rasp.turing.machines.simulate`):
 
 1. ``nc = F(l, c, r)`` reads ``l`` and ``r`` only through small classes (a wall, the state a
    head hands to that side, or nothing), so the lookup MLP enumerates |classes|^2 * |V| triples
@@ -13,7 +13,7 @@ compiled model against the reference simulator, :func:`rasp.machines.simulate`):
    shifts) instead of a chain of ORs, so the n-grams cost one MLP layer, not n - 1.
 3. ``halted = last_halt > last_sep`` is the numerical difference (a linear layer) and a step.
 
-The guard of the lookup (:func:`rasp.compiler.lookup_guard`: the key lies in the configuration
+The guard of the lookup (:func:`rasp.turing.rules.lookup_guard`: the key lies in the configuration
 before the current one) is an equality of two separator positions, compiled like any other
 equality, so the transformer computes the interpreter's program value for value. The runtime
 monitor reads the transformer's own match index from its residual stream and reports any lookup
@@ -29,9 +29,9 @@ import torch
 
 from lengthgen.decode import decided_argmax, greedy_generate
 from rasp import lib
-from rasp.compiler import EDGE, NULL, _check_lookup, _tape_length, head_moves, local_rule, lookup_guard
+from rasp.turing.rules import EDGE, NULL, check_lookup, head_moves, local_rule, lookup_guard, tape_length
 from rasp.core import Aggregate, Comparison, Full, Map, Select, SequenceMap, SOp, indices, numerical, tokens
-from rasp.machines import TuringMachine, Vocab
+from rasp.turing.machines import TuringMachine, Vocab
 from rasp.tracr_ops import LinearSequenceMap
 from rasp.weights.assemble import CompiledTransformer, compile_to_transformer
 
@@ -146,7 +146,7 @@ class CompiledTuringProgram:
     def teacher_forced(self, trace: Sequence[int], *, monitor: bool = True) -> list[int]:
         """One forward pass over ``trace[:-1]``; the predictions aligned with ``trace[L+2:]``
         (a prediction whose top logit does not win by the decision margin is -1)."""
-        L = _tape_length(trace, self.program.vocab)
+        L = tape_length(trace, self.program.vocab)
         logits = self.compiled.logits(list(trace[:-1]))
         picks = decided_argmax(logits[L + 1:]).tolist()
         if monitor:
@@ -166,7 +166,7 @@ class CompiledTuringProgram:
     def check_lookups(self, trace: Sequence[int]) -> None:
         """The interpreter's runtime monitor on the transformer's own match indices: raise
         :class:`~rasp.errors.AmbiguousLookupError` at the first position whose lookup is off."""
-        L = _tape_length(trace, self.program.vocab)
+        L = tape_length(trace, self.program.vocab)
         m = self.match_column(trace[:-1])
         for p in range(L + 1, len(trace) - 1):
-            _check_lookup(m[p], p, L, self.program)
+            check_lookup(m[p], p, L, self.program.ngram)

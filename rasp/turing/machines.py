@@ -5,9 +5,9 @@ halting). The trace format, the n-gram premise and the optional read-only addres
 track follow our reconstruction of Hou et al., arXiv 2407.03310.
 
 The simulator is plain Python on symbol strings and is the oracle of every test;
-it shares no code with the compiled RASP program (:mod:`rasp.compiler`).
+it shares no code with the compiled RASP program (:mod:`rasp.turing.program`).
 
-JSON format (example: rasp/specs/parity.json)::
+JSON format (example: rasp/turing/specs/parity.json)::
 
     {"states": [...], "start": "q0", "halt": ["qh"], "alphabet": [...], "blank": "_",
      "head": 0, "transitions": [[state, read, next_state, write, "L"|"R"], ...]}
