@@ -15,7 +15,7 @@ import torch
 
 from lengthgen.cli import ArgumentParser, UsageError, run_cli
 from lengthgen.plot import save_figure
-from rasp.errors import MachineInputError
+from rasp.errors import RASPError
 from rasp.library import TASKS
 from rasp.machines import Vocab, build_trace, min_ngram, simulate, split_configs
 from rasp.weights.turing import transformer_program
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         args = p.parse_args(argv)
         try:
             draw(args.task, args.input, args.out)
-        except MachineInputError as exc:
+        except RASPError as exc:  # a bad input, a machine that does not halt, a program that does not compile
             raise UsageError(str(exc)) from None
         return 0
 
