@@ -4,7 +4,7 @@ Each panel is one head's attention pattern (query rows, key columns, teacher-for
 reference trace, the compiler's BOS first), titled with the RASP operation it implements
 (from :meth:`rasp.weights.CompiledTransformer.describe`). Regenerate with
 
-    PYTHONPATH=src:. python -m rasp.weights.plot --out figures/turing_attention.png
+    python -m rasp.weights.plot --out figures/turing_attention.png
 """
 from __future__ import annotations
 
