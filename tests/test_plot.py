@@ -147,3 +147,25 @@ def test_head_description_names_keys_relative_to_the_query_or_absolutely():
         i = -1 if short[r] == "=" else int(short[r][1:])
         tie[r, short.index(f"a{i + 1}") if f"a{i + 1}" in short else 0] = 1.0
     assert describe_head(tie, short) == "reads $a_{i+1}$ (3/6 answer rows)"
+
+
+def test_turing_figure_is_readable(monkeypatch, tmp_path):
+    """rasp.weights.plot: layers and heads from 1, titles in words (no RASP code), every token labelled
+    on both axes, and a colour scale."""
+    from rasp.weights import plot as turing_plot
+
+    figures = []
+    monkeypatch.setattr(turing_plot, "save_figure", lambda fig, paths: figures.append(fig))
+    assert turing_plot.main(["--input", "58+67", "--out", str(tmp_path / "t.png")]) == 0
+    (fig,) = figures
+    panels = [ax for ax in fig.axes if ax.get_title()]
+    titles = [ax.get_title() for ax in panels]
+    assert titles[0].startswith("layer 1, head 1\n") and not any("layer 0" in t or "head 0" in t for t in titles)
+    assert not any("Aggregate" in t or "==" in t or "reduce=" in t for t in titles), titles
+    assert "n-gram lookup" in " ".join(titles) and "(computes out0)" in titles[-1]
+    tokens = 1 + 4 * 4  # BOS* and the trace without its EOS: 4 configurations of 3 cells + SEP/BOS each
+    for ax in panels:
+        assert len([t for t in ax.get_xticklabels() if t.get_text()]) == tokens
+        assert len([t for t in ax.get_yticklabels() if t.get_text()]) == tokens
+    bars = [ax for ax in fig.axes if ax.get_ylabel() == "attention weight"]
+    assert len(bars) == 1
