@@ -169,3 +169,28 @@ def test_turing_figure_is_readable(monkeypatch, tmp_path):
         assert len([t for t in ax.get_yticklabels() if t.get_text()]) == tokens
     bars = [ax for ax in fig.axes if ax.get_ylabel() == "attention weight"]
     assert len(bars) == 1
+
+
+def test_layered_figure_has_no_mostly_empty_line_and_its_colour_bar_beside_the_panels(runs, tmp_path, monkeypatch):
+    """The construction's 6-head layer wraps onto two lines rather than widening every line to 6
+    panels; the colour bar sits just right of the widest line and spans the grid."""
+    import lengthgen.plot
+
+    figures = []
+    monkeypatch.setattr(lengthgen.plot, "save_figure", lambda fig, paths: figures.append(fig))
+    assert main(["attention", "--construction", str(runs["mul_construction"]), "--checkpoint", str(runs["mul"]),
+                 "--digits", "3", "--samples", "1", "--out", str(tmp_path / "m.png"), "--no-progress"]) == 0
+    (fig,) = figures
+    width_in = fig.get_size_inches()[0]
+    bar = next(ax for ax in fig.axes if ax.get_ylabel().startswith("attention probability"))
+    panels = [ax for ax in fig.axes if ax is not bar]
+    lines: dict[float, int] = {}
+    for ax in panels:
+        top = round(ax.get_position().y1, 4)
+        lines[top] = lines.get(top, 0) + 1
+    assert len(panels) == 2 + 6 + 2 + 2  # construction layers 1-2 (layer 3 has no attention), trained 2 x 2
+    assert max(lines.values()) == 3 and min(lines.values()) >= 2, lines  # 2 + 3 + 3 + 2 + 2
+    gap_in = (bar.get_position().x0 - max(ax.get_position().x1 for ax in panels)) * width_in
+    assert 0 < gap_in < 0.5
+    assert bar.get_position().y1 == pytest.approx(max(ax.get_position().y1 for ax in panels))
+    assert bar.get_position().y0 == pytest.approx(min(ax.get_position().y0 for ax in panels))
