@@ -194,3 +194,32 @@ def test_layered_figure_has_no_mostly_empty_line_and_its_colour_bar_beside_the_p
     assert 0 < gap_in < 0.5
     assert bar.get_position().y1 == pytest.approx(max(ax.get_position().y1 for ax in panels))
     assert bar.get_position().y0 == pytest.approx(min(ax.get_position().y0 for ax in panels))
+
+
+def test_length_figure_keeps_every_model_visible_and_distinct(runs, tmp_path, monkeypatch):
+    """The construction is drawn beneath the trained models (which often lie on it at 100 %), with open
+    markers; every model has its own colour (no two blues), marker and dash pattern."""
+    import colorsys
+
+    import lengthgen.plot
+    from matplotlib.colors import to_rgb
+
+    figures = []
+    monkeypatch.setattr(lengthgen.plot, "save_figure", lambda fig, paths: figures.append(fig))
+    checkpoints = [f"m{i}={runs['coupled' if i % 2 else 'nope']}" for i in range(7)]  # as many as there are styles
+    argv = ["length", "--construction", str(runs["construction"]), "--digits", "1-2", "--samples", "4",
+            "--out", str(tmp_path / "len.png"), "--no-progress"]
+    for spec in checkpoints:
+        argv += ["--checkpoint", spec]
+    assert main(argv) == 0
+    ax = figures[0].axes[0]
+    lines = {line.get_label(): line for line in ax.get_lines() if not line.get_label().startswith("_")}
+    construction = lines.pop("Theorem 5.1 construction")
+    assert len(lines) == 7 and all(construction.get_zorder() < line.get_zorder() for line in lines.values())
+    assert construction.get_markerfacecolor() == "none"
+    styles = [(line.get_color(), line.get_marker(), str(line._dash_pattern)) for line in lines.values()]
+    for k in range(3):
+        assert len({s[k] for s in styles}) == 7, [s[k] for s in styles]
+    blues = [c for c, _, _ in styles if 0.5 < colorsys.rgb_to_hsv(*to_rgb(c))[0] < 0.7
+             and colorsys.rgb_to_hsv(*to_rgb(c))[1] > 0.3]
+    assert blues == ["#0072B2"], blues
