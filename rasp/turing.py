@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 from tqdm import tqdm
 
-from lengthgen.cli import ArgumentParser, UsageError, run_cli
+from lengthgen.cli import ArgumentParser, UsageError, integer, run_cli
 from lengthgen.resources import require_memory
 from rasp.analyse import analyse
 from rasp.compiler import compile_turing_machine
@@ -77,8 +77,6 @@ BYTES_PER_TOKEN_PAIR = 10
 
 def _positive(text: str) -> int:
     """``--max-steps``, ``--ngram``: a whole number >= 1."""
-    from lengthgen.cli import integer
-
     value = integer(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
@@ -97,8 +95,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="library machine, random:SEED[:STATES:SYMBOLS], or a JSON spec file")
     p.add_argument("--input", required=True, metavar="TEXT", help="the input (initial tape)")
     p.add_argument("--ngram", type=_positive, metavar="N",
-                   help="n-gram order of the lookup (default: the smallest n for which no "
-                        "configuration of the simulated trace repeats an n-gram)")
+                   help="n-gram order of the lookup, 1 <= N <= cells + 1 (default: the smallest n for "
+                        "which no configuration of the simulated trace repeats an n-gram)")
     p.add_argument("--max-steps", type=_positive, default=10_000, metavar="S",
                    help="step budget of the simulator (>= 1); not halting within it is an error "
                         "(default 10000; see 'tape' below)")

@@ -39,13 +39,12 @@ DEFAULT_CHECKPOINTS = {  # label -> committed checkpoint (all 1 layer, 2 heads, 
     "plain APE": "checkpoints/addition_ape_1l2h",
     "NoPE": "checkpoints/addition_nope_1l2h",
 }
-#: (colour, marker, line style) for the 1st, 2nd, ... trained model: the Okabe–Ito colour-blind-safe
-#: palette (yellow left out: too pale on white), each colour with its own marker and dash pattern
-#: trained models' (colour, marker, line style): Okabe-Ito colours, one hue family each (no two blues),
-#: and no colour, marker or dash pattern used twice, so the lines stay apart in grey print too
+#: (colour, marker, line style) for the 1st, 2nd, ... trained model: Okabe–Ito colour-blind-safe colours
+#: (yellow left out: too pale on white; sky blue left out: too close to blue), then grey and brown; no
+#: colour, marker or dash pattern used twice, so the lines stay apart in grey print too
 MODEL_STYLES = [
     ("#0072B2", "o", "-"), ("#D55E00", "s", (0, (6, 2))), ("#009E73", "D", "-."), ("#E69F00", "v", ":"),
-    ("#CC79A7", "p", (0, (3, 1, 1, 1, 1, 1))), ("#666666", "P", (0, (8, 2, 2, 2))), ("#F0E442", "X", (0, (1, 3))),
+    ("#CC79A7", "p", (0, (3, 1, 1, 1, 1, 1))), ("#666666", "P", (0, (8, 2, 2, 2))), ("#8C564B", "X", (0, (1, 3))),
 ]
 #: the construction: thin black line with open stars, drawn beneath the trained models (which often lie
 #: on it at 100 %), so it never hides them
