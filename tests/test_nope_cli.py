@@ -240,16 +240,20 @@ def test_positions_on_a_model_with_a_position_table_are_honoured(capsys):
     assert json.loads(out)["model"].endswith(", coupled position IDs")
 
 
-def test_a_search_whose_passes_exceed_free_memory_is_refused_up_front(monkeypatch, capsys):
-    """10^5-digit addition prompts are 2·10^5 + 3 tokens; 8 of them per pass through the default random
-    model (d_model 32) need about 10 GB of activations: refused before the first pass (which alone would
-    take minutes), with the numbers."""
+@pytest.mark.parametrize("argv, message", [
+    # 10^5-digit addition prompts are 2·10^5 + 3 tokens; 8 of them per pass through the default random model
+    # (d_model 32) need about 10 GB of activations: refused before the first pass (which alone takes minutes)
+    (["--digits", "100000"], "(8 prompts of 200003 tokens per pass) needs about"),
+    # 10^6 layers of d_model 32, 2 heads of 16, d_mlp 128: 4,224 attention + 8,352 MLP parameters each,
+    # 4 bytes apiece: about 50 GB
+    (["--layers", "1000000"], "a model with 1.26e+10 parameters"),
+])
+def test_a_search_beyond_free_memory_is_refused_up_front(argv, message, monkeypatch, capsys):
     from lengthgen import resources
 
     monkeypatch.setattr(resources, "available_bytes", lambda: 8 * 10**9)
     monkeypatch.delenv(resources.IGNORE_ENV, raising=False)
-    assert_one_line_error(main, ["--digits", "100000"], "python -m constructions.nope",
-                          "(8 prompts of 200003 tokens per pass) needs about", capsys)
+    assert_one_line_error(main, argv, "python -m constructions.nope", message, capsys)
 
 
 def test_the_progress_bar_shows_only_on_a_terminal(monkeypatch, capsys):
