@@ -8,7 +8,7 @@ parameters, d_model, d_mlp, hidden units, compile seconds, and whether the trans
 reverses a few random inputs (lengths 1, N and two others) exactly, checked against Python's
 ``xs[::-1]``, plus the seconds of one forward pass at length N.
 
-    PYTHONPATH=src:. python bench/bench_rasp_reverse.py [--sizes 50 100 200 500 1000 10000]
+    python bench/bench_rasp_reverse.py [--sizes 50 100 200 500 1000 10000]
         [--threads 1] [--device cpu|cuda] [--json PATH]
 """
 from __future__ import annotations

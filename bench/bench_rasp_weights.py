@@ -11,7 +11,7 @@ Prints, as Markdown tables:
 3. float32: for growing traces, whether the float32 compilation of P is still exact
    (teacher-forced) and, at the first failure, which s-op decodes wrong first.
 
-    PYTHONPATH=src:. python bench/bench_rasp_weights.py [--quick] [--threads 1] [--json PATH]
+    python bench/bench_rasp_weights.py [--quick] [--threads 1] [--json PATH]
 """
 from __future__ import annotations
 

@@ -36,6 +36,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from constructions.cli_support import apply_threads
 from lengthgen.cli import ArgumentParser, UsageError, run_cli
 from lengthgen.data import eval_batch, layout
 from lengthgen.decode import decided_argmax
@@ -156,7 +157,10 @@ def patch_flips(model, n: int, samples: int, seed: int = 0) -> dict[str, np.ndar
 
 def attention_roles(model, n: int, samples: int) -> dict[str, tuple[float, float]]:
     """Per head: mean attention from answer token c_i (which predicts c_{i+1}) to the operand
-    digits of column i (a_i, b_i) and of column i + 1 (a_{i+1}, b_{i+1}), i = 0 .. n-2."""
+    digits of column i (a_i, b_i) and of column i + 1 (a_{i+1}, b_{i+1}), i = 0 .. n-2; empty for
+    n = 1, which has no column i + 1."""
+    if n < 2:
+        return {}
     tokens, pos, _ = eval_batch(np.random.default_rng([8, n]), samples, n, "coupled").to_torch()
     name = "blocks.0.attn.hook_pattern"
     with torch.inference_mode():
@@ -182,8 +186,16 @@ def load_models(max_digits: int) -> dict[str, object]:
 
 
 def head_label(res: dict, label: str) -> str:
+    """``head 1 (reads col. i 3%, i+1 95%)``; just ``head 1`` where the roles were not measured (n = 1)."""
+    if label not in res["roles"]:
+        return label
     same, nxt = res["roles"][label]
     return f"{label} (reads col. i {100 * same:.0f}%, i+1 {100 * nxt:.0f}%)"
+
+
+def percent(rate: float) -> str:
+    """A rate as a 6-wide percentage; ``-`` where the answer digit does not exist (NaN)."""
+    return f"{'-':>6}" if np.isnan(rate) else f"{100 * rate:6.1f}"
 
 
 def plot(results: dict, lengths: list[int], out: Path) -> list[Path]:
@@ -227,7 +239,7 @@ def parser() -> ArgumentParser:
     p.add_argument("--max-digits", type=int, default=15, help="longest operands (the trained table holds 15)")
     p.add_argument("--patch-digits", type=int, default=10, help="operand length of the patching set")
     p.add_argument("--out", default=str(ROOT / "figures" / "patching.png"), help="figure path (.png and .pdf written)")
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (at least 1)")
     return p
 
 
@@ -239,7 +251,7 @@ def _main(argv: list[str] | None) -> int:
     args = parser().parse_args(argv)
     if min(args.samples, args.patch_samples) < 1 or not 1 <= args.patch_digits <= args.max_digits <= 15:
         raise UsageError("need --samples >= 1 and 1 <= --patch-digits <= --max-digits <= 15")
-    torch.set_num_threads(args.threads)
+    apply_threads(args.threads)
     t0 = time.perf_counter()
     lengths = list(range(1, args.max_digits + 1))
     results = {}
@@ -249,7 +261,8 @@ def _main(argv: list[str] | None) -> int:
                          "roles": attention_roles(model, args.patch_digits, args.patch_samples), "patch_n": args.patch_digits}
     for name, res in results.items():
         print(f"\n{name}")
-        print(f"  attention from answer digit c_i (predicts c_(i+1)), n = {args.patch_digits}:")
+        print(f"  attention from answer digit c_i (predicts c_(i+1)), n = {args.patch_digits}:"
+              + ("" if res["roles"] else " not measured (n = 1 has no column i+1)"))
         for label, (same, nxt) in res["roles"].items():
             print(f"    {label}: {100 * same:5.1f}% on column i (a_i, b_i), {100 * nxt:5.1f}% on column i+1")
         print(f"  exact match (%) per operand length, {args.samples} additions each")
@@ -260,7 +273,8 @@ def _main(argv: list[str] | None) -> int:
               "predictions flipped (%) by answer digit")
         print("  patched       " + " ".join(f"{f'c_i{d:+d}' if d else 'c_i':>6}" for d in OFFSETS) + "   c_(i+1)->carry-free")
         for label, rates in res["patching"].items():
-            print(f"  {label:<12}  " + " ".join(f"{100 * r:6.1f}" for r in rates[:-1]) + f"   {100 * rates[-1]:6.1f}")
+            print(f"  {label:<12}  " + " ".join(percent(r) for r in rates[:-1]) + f"   {percent(rates[-1])}")
+        print("  (- : no such answer digit, or no flip of c_(i+1) to count)")
     paths = plot(results, lengths, Path(args.out))
     print(f"\nwrote {', '.join(str(p) for p in paths)} in {time.perf_counter() - t0:.1f} s")
     return 0

@@ -250,3 +250,14 @@ def test_scientific_rounds_the_whole_number():
     assert scientific(2046) == "2.05 × 10^3"
     assert scientific(12250001) == "1.23 × 10^7"  # half-even on the truncated digits would give 1.22
     assert scientific(999) == "999"
+
+
+def test_the_turing_figure_refuses_an_input_its_compiled_program_cannot_hold(tmp_path, capsys):
+    """A 16-digit addition: program P's lookup tables exceed what the weight compiler builds; the
+    figure command says so in one line and writes nothing (the wording is the compiler's)."""
+    from rasp.turing import plot
+
+    out = tmp_path / "turing.png"
+    assert_one_line_error(plot.main, ["--input", "9999999999999999+1", "--out", str(out)],
+                          "python -m rasp.turing.plot", "", capsys)
+    assert list(tmp_path.iterdir()) == []

@@ -58,3 +58,29 @@ def test_nothing_user_facing_points_outside_the_project() -> None:
     hits = [f"{p.relative_to(ROOT)}:{i}: {line.strip()}" for p in _sources()
             for i, line in enumerate(p.read_text().splitlines(), 1) if FORBIDDEN.search(line)]
     assert not hits, "\n".join(hits)
+
+
+def test_no_page_tells_users_to_set_pythonpath() -> None:
+    """After ``make setup`` (an editable install) the packages import from anywhere: the docs say so
+    once (README) and never prefix a command with ``PYTHONPATH=src:.``."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "examples").glob("*.py")),
+             *sorted((ROOT / "bench").glob("*.py")), *sorted((ROOT / "rasp").rglob("*.py"))]
+    prefixed = [str(p.relative_to(ROOT)) for p in pages if "PYTHONPATH=src" in p.read_text()]
+    assert prefixed == []
+
+
+def test_an_installed_project_runs_from_any_directory_without_pythonpath(tmp_path) -> None:
+    import importlib.metadata
+    import os
+    import subprocess
+    import sys
+
+    try:
+        importlib.metadata.distribution("lengthgen")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("the project is not installed (make setup installs it)")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "-m", "rasp.turing", "--machine", "addition", "--input", "12+34"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert f"answer:       {12 + 34} " in done.stdout

@@ -391,6 +391,34 @@ def test_patching_example_construction_heads_mean_their_names(tmp_path, capsys):
     assert example.main(["--max-digits", "16"]) == 2
 
 
+def test_patching_example_refuses_zero_threads_in_one_line(tmp_path, capsys):
+    from cli_checks import assert_one_line_error
+
+    out = tmp_path / "patching.png"
+    assert_one_line_error(_patching_example().main, ["--threads", "0", "--out", str(out)],
+                          "python examples/patching.py", "--threads must be at least 1, got 0", capsys)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_patching_example_legends_at_one_digit_have_no_nan(tmp_path, capsys, monkeypatch):
+    """n = 1 has no column i+1: the heads' legends (3 ablation + 2 patching lines per model) say only the heads' names, the table shows '-', never 'nan'."""
+    import lengthgen.plot
+
+    legends = []
+
+    def keep_legends(fig, paths):
+        legends.extend(t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts())
+
+    monkeypatch.setattr(lengthgen.plot, "save_figure", keep_legends)
+    example = _patching_example()
+    assert example.main(["--samples", "3", "--patch-samples", "4", "--max-digits", "1", "--patch-digits", "1",
+                         "--out", str(tmp_path / "p.png")]) == 0
+    out = capsys.readouterr().out
+    assert "nan" not in out.lower() and "not measured (n = 1 has no column i+1)" in out
+    assert len(legends) == 10 and not any("nan" in t.lower() for t in legends), legends
+    assert "head 2 patched" in legends and "head 1 zero-ablated" in legends
+
+
 def test_nnsight_example_gives_the_patching_numbers():
     """The same carry patching traced by nnsight (examples/nnsight_patching.py) gives the same
     flip table as run_with_hooks, and head 2 carries the carry."""

@@ -220,3 +220,48 @@ def test_symbolic_help_prints_help_and_runs_nothing(tmp_path, capsys):
     assert symbolic_main(["--digits", "3"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and "unrecognized arguments: --digits 3" in err
+
+
+# ----------------------------------------------------------------- sizes, progress and flags that would do nothing
+from cli_checks import assert_one_line_error  # noqa: E402
+
+
+@pytest.mark.parametrize("argv", [["--positions", "coupled"], ["--positions", "plain"],
+                                  ["--positions", "coupled", "--model", str(CHECKPOINTS / "addition_nope_1l2h")]])
+def test_positions_on_a_nope_model_are_refused_not_ignored(argv, capsys):
+    assert_one_line_error(main, ["--digits", "3", *argv], "python -m constructions.nope",
+                          "this model has no position embeddings (NoPE), so it would ignore the position IDs", capsys)
+
+
+def test_positions_on_a_model_with_a_position_table_are_honoured(capsys):
+    code, out, err = run(capsys, "--digits", "3", "--positional", "learned", "--positions", "coupled",
+                         "--budget", "200", "--json")
+    assert code in (0, 3), err
+    assert json.loads(out)["model"].endswith(", coupled position IDs")
+
+
+@pytest.mark.parametrize("argv, message", [
+    # 10^5-digit addition prompts are 2·10^5 + 3 tokens; 8 of them per pass through the default random model
+    # (d_model 32) need about 10 GB of activations: refused before the first pass (which alone takes minutes)
+    (["--digits", "100000"], "(8 prompts of 200003 tokens per pass) needs about"),
+    # 10^6 layers of d_model 32, 2 heads of 16, d_mlp 128: 4,224 attention + 8,352 MLP parameters each,
+    # 4 bytes apiece: about 50 GB
+    (["--layers", "1000000"], "a model with 1.26e+10 parameters"),
+])
+def test_a_search_beyond_free_memory_is_refused_up_front(argv, message, monkeypatch, capsys):
+    from lengthgen import resources
+
+    monkeypatch.setattr(resources, "available_bytes", lambda: 8 * 10**9)
+    monkeypatch.delenv(resources.IGNORE_ENV, raising=False)
+    assert_one_line_error(main, argv, "python -m constructions.nope", message, capsys)
+
+
+def test_the_progress_bar_shows_only_on_a_terminal(monkeypatch, capsys):
+    argv = ["--digits", "3", "--layers", "2", "--budget", "300", "--seed", "1"]
+    code, _, err = run(capsys, *argv)
+    assert code == 3 and err == ""  # stderr is no terminal here: no bar
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    code, _, err = run(capsys, *argv)
+    assert code == 3 and "searching" in err and "prompt" in err
+    code, _, err = run(capsys, *argv, "--no-progress")
+    assert code == 3 and err == ""

@@ -147,3 +147,79 @@ def test_head_description_names_keys_relative_to_the_query_or_absolutely():
         i = -1 if short[r] == "=" else int(short[r][1:])
         tie[r, short.index(f"a{i + 1}") if f"a{i + 1}" in short else 0] = 1.0
     assert describe_head(tie, short) == "reads $a_{i+1}$ (3/6 answer rows)"
+
+
+def test_turing_figure_is_readable(monkeypatch, tmp_path):
+    """rasp.turing.plot: layers and heads from 1, titles in words (no RASP code), every token labelled
+    on both axes, and a colour scale."""
+    from rasp.turing import plot as turing_plot
+
+    figures = []
+    monkeypatch.setattr(turing_plot, "save_figure", lambda fig, paths: figures.append(fig))
+    assert turing_plot.main(["--input", "58+67", "--out", str(tmp_path / "t.png")]) == 0
+    (fig,) = figures
+    panels = [ax for ax in fig.axes if ax.get_title()]
+    titles = [ax.get_title() for ax in panels]
+    assert titles[0].startswith("layer 1, head 1\n") and not any("layer 0" in t or "head 0" in t for t in titles)
+    assert not any("Aggregate" in t or "==" in t or "reduce=" in t for t in titles), titles
+    assert "n-gram lookup" in " ".join(titles) and "(computes out0)" in titles[-1]
+    tokens = 1 + 4 * 4  # BOS* and the trace without its EOS: 4 configurations of 3 cells + SEP/BOS each
+    for ax in panels:
+        assert len([t for t in ax.get_xticklabels() if t.get_text()]) == tokens
+        assert len([t for t in ax.get_yticklabels() if t.get_text()]) == tokens
+    bars = [ax for ax in fig.axes if ax.get_ylabel() == "attention weight"]
+    assert len(bars) == 1
+
+
+def test_layered_figure_has_no_mostly_empty_line_and_its_colour_bar_beside_the_panels(runs, tmp_path, monkeypatch):
+    """The construction's 6-head layer wraps onto two lines rather than widening every line to 6
+    panels; the colour bar sits just right of the widest line and spans the grid."""
+    import lengthgen.plot
+
+    figures = []
+    monkeypatch.setattr(lengthgen.plot, "save_figure", lambda fig, paths: figures.append(fig))
+    assert main(["attention", "--construction", str(runs["mul_construction"]), "--checkpoint", str(runs["mul"]),
+                 "--digits", "3", "--samples", "1", "--out", str(tmp_path / "m.png"), "--no-progress"]) == 0
+    (fig,) = figures
+    width_in = fig.get_size_inches()[0]
+    bar = next(ax for ax in fig.axes if ax.get_ylabel().startswith("attention probability"))
+    panels = [ax for ax in fig.axes if ax is not bar]
+    lines: dict[float, int] = {}
+    for ax in panels:
+        top = round(ax.get_position().y1, 4)
+        lines[top] = lines.get(top, 0) + 1
+    assert len(panels) == 2 + 6 + 2 + 2  # construction layers 1-2 (layer 3 has no attention), trained 2 x 2
+    assert max(lines.values()) == 3 and min(lines.values()) >= 2, lines  # 2 + 3 + 3 + 2 + 2
+    gap_in = (bar.get_position().x0 - max(ax.get_position().x1 for ax in panels)) * width_in
+    assert 0 < gap_in < 0.5
+    assert bar.get_position().y1 == pytest.approx(max(ax.get_position().y1 for ax in panels))
+    assert bar.get_position().y0 == pytest.approx(min(ax.get_position().y0 for ax in panels))
+
+
+def test_length_figure_keeps_every_model_visible_and_distinct(runs, tmp_path, monkeypatch):
+    """The construction is drawn beneath the trained models (which often lie on it at 100 %), with open
+    markers; every model has its own colour (no two blues), marker and dash pattern."""
+    import colorsys
+
+    import lengthgen.plot
+    from matplotlib.colors import to_rgb
+
+    figures = []
+    monkeypatch.setattr(lengthgen.plot, "save_figure", lambda fig, paths: figures.append(fig))
+    checkpoints = [f"m{i}={runs['coupled' if i % 2 else 'nope']}" for i in range(7)]  # as many as there are styles
+    argv = ["length", "--construction", str(runs["construction"]), "--digits", "1-2", "--samples", "4",
+            "--out", str(tmp_path / "len.png"), "--no-progress"]
+    for spec in checkpoints:
+        argv += ["--checkpoint", spec]
+    assert main(argv) == 0
+    ax = figures[0].axes[0]
+    lines = {line.get_label(): line for line in ax.get_lines() if not line.get_label().startswith("_")}
+    construction = lines.pop("Theorem 5.1 construction")
+    assert len(lines) == 7 and all(construction.get_zorder() < line.get_zorder() for line in lines.values())
+    assert construction.get_markerfacecolor() == "none"
+    styles = [(line.get_color(), line.get_marker(), str(line._dash_pattern)) for line in lines.values()]
+    for k in range(3):
+        assert len({s[k] for s in styles}) == 7, [s[k] for s in styles]
+    blues = [c for c, _, _ in styles if 0.5 < colorsys.rgb_to_hsv(*to_rgb(c))[0] < 0.7
+             and colorsys.rgb_to_hsv(*to_rgb(c))[1] > 0.3]
+    assert blues == ["#0072B2"], blues

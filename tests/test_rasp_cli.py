@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from rasp.turing.cli import main
+from cli_checks import assert_one_line_error as assert_refused
+from rasp.turing.cli import PROG, main
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -26,7 +27,7 @@ def cli(capsys, *argv):
 
 def assert_one_line_error(code, out, err, culprit):
     assert code == 2 and out == ""
-    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith(f"{PROG}: error: ") and err.count("\n") == 1 and "Traceback" not in err
     assert culprit in err
 
 
@@ -149,3 +150,55 @@ def test_module_runs_as_a_subprocess(tmp_path):
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stdout == "" and bad.stderr.count("\n") == 1
     assert "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--ngram", "x"], "argument --ngram: expected a whole number"),  # argparse's own errors: one line too
+    (["--mode", "fast"], "argument --mode: invalid choice"),
+    (["--max-steps", "-3"], "argument --max-steps: expected a whole number >= 1, got '-3'"),
+    (["--max-steps", "0"], "argument --max-steps: expected a whole number >= 1"),
+    (["--ngram", "0"], "argument --ngram: expected a whole number >= 1"),
+    # "12+34": 3 cells (two digit pairs and one for the final carry)
+    (["--ngram", "1000000"], "--ngram must be between 1 and 4 (a configuration of 3 cells"),
+    (["--address-track", "100000"], "--address-track must be between 2 and 3 letters"),
+    (["--address-track", "1"], "--address-track must be between 2 and 3 letters"),
+])
+def test_sizes_and_usage_errors_are_refused_in_one_line(argv, message, capsys):
+    assert_refused(main, ["--machine", "addition", "--input", "12+34", *argv], PROG, message, capsys)
+
+
+def test_the_largest_meaningful_sizes_are_accepted(capsys):
+    """The upper ends of the ranges above still run (and match): 3 cells, n = 4, B = 3."""
+    code, out, err = cli(capsys, "--machine", "addition", "--input", "12+34", "--ngram", "4",
+                         "--address-track", "3", "--json")
+    assert code == 0 and json.loads(out)["answer"] == "46", err
+
+
+def test_a_huge_random_machine_is_refused_before_it_is_drawn(capsys):
+    import time
+
+    t0 = time.perf_counter()
+    assert_refused(main, ["--machine", "random:1:100000:100000", "--input", "0123"], PROG,
+                   "STATES x SYMBOLS must be at most 1,000,000 transitions, got 10,000,000,000", capsys)
+    assert time.perf_counter() - t0 < 5  # drawing 10^10 transitions would take a day
+
+
+@pytest.fixture
+def eight_gb_free(monkeypatch):
+    from lengthgen import resources
+
+    monkeypatch.setattr(resources, "available_bytes", lambda: 8 * 10**9)
+    monkeypatch.delenv(resources.IGNORE_ENV, raising=False)
+
+
+def test_a_step_budget_beyond_memory_is_refused_before_the_simulator_runs(eight_gb_free, capsys):
+    # 10^9 configurations of 5 cells, at least 40 bytes each: far beyond 8 GB (the machine loops forever)
+    assert_refused(main, ["--machine", "increment", "--input", "1011", "--max-steps", "1000000000"], PROG,
+                   "GB of memory, 8 GB free", capsys)
+
+
+def test_a_trace_beyond_memory_is_refused_before_the_interpreter_runs(eight_gb_free, capsys):
+    """250-digit addition: a trace of about 251 x 126 = 31,600 tokens; the interpreter's token pairs
+    (10^9 of them, at least a byte each) do not fit 8 GB. The simulator's run alone is quick."""
+    a = "9" * 250
+    assert_refused(main, ["--machine", "addition", "--input", f"{a}+{a}"], PROG, "tokens", capsys)

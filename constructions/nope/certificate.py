@@ -257,6 +257,8 @@ def last_logits(model: Callable[..., torch.Tensor], ids: np.ndarray, n_vocab: in
     try:
         with torch.no_grad():
             out = model(tokens) if pos_ids_fn is None else model(tokens, pos_ids_fn(tokens))
+    except MemoryError:  # lengthgen.resources refused the pass: that is about the machine, not the model
+        raise
     except Exception as exc:  # any failure of a user's model on valid ids means it does not fit the task
         raise ModelMismatchError(
             f"the model failed on prompts of {tokens.shape[1]} tokens from a {n_vocab}-token vocabulary "

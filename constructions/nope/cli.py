@@ -15,8 +15,9 @@ import json
 import re
 import sys
 import textwrap
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -75,6 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default auto: the scheme a trained checkpoint records, coupled for the construction, "
                    "plain otherwise)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (one is shown on stderr only when it is a terminal)")
     r = p.add_argument_group("random model (--model random)")
     r.add_argument("--layers", type=int, help="number of layers (default 1)")
     r.add_argument("--d-model", type=int, default=32, help="residual width (default 32)")
@@ -125,6 +128,10 @@ def load(args: argparse.Namespace, task: Any) -> tuple[Any, str, Callable | None
     else:
         model, wp, scheme = load_checkpoint(args.model, task)
         what = f"{wp}: {describe_model(model)}" + (f", trained with {scheme} positions" if scheme else "")
+    if args.positions != "auto" and getattr(getattr(model, "cfg", None), "positional", None) == "none":
+        hint = " or add --positional learned" if random else ""
+        raise BadInput(f"--positions {args.positions}: this model has no position embeddings (NoPE), so it would "
+                       f"ignore the position IDs; leave --positions out{hint}")
     if args.model == "construction" and args.positions == "plain":
         raise BadInput("the Theorem 5.1 construction needs coupled position IDs (--positions coupled)")
     if args.positions == "auto":
@@ -259,6 +266,45 @@ def render(report: SearchReport, what: str, verified: bool | None) -> str:
 BYTES_PER_DIGIT = 200  # the search holds a few int64 token and ID arrays of 2N entries per candidate
 
 
+def require_pass_memory(model: Any, task: Any, digits: int) -> None:
+    """Refuse, before the first forward pass, a search whose passes (:func:`chunk_prompts` prompts of the
+    task's length at once) would not fit the free memory (``TransformerConfig.activation_bytes``)."""
+    from constructions.nope.search import SearchSpace, chunk_prompts
+    from lengthgen.model import Transformer
+
+    if isinstance(model, Transformer):
+        seq = len(SearchSpace(task, digits).base)
+        require_memory(model.cfg.activation_bytes(chunk_prompts(seq), seq),
+                       f"a search over {digits}-digit inputs ({chunk_prompts(seq)} prompts of {seq} tokens per pass)")
+
+
+@contextmanager
+def progress_bar(enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
+    """A tqdm bar on stderr over the prompts evaluated (the callback :func:`search` takes), or None; on
+    long prompts it also shows how far the attention of the current pass has come."""
+    if not enabled:
+        yield None
+        return
+    from tqdm import tqdm
+
+    from lengthgen.attention import report_progress
+
+    bar = tqdm(desc="searching", unit="prompt", file=sys.stderr, leave=False, dynamic_ncols=True)
+
+    def update(done: int, total: int) -> None:
+        bar.total = total
+        bar.update(done - bar.n)
+
+    def within_pass(rows: int, total: int) -> None:  # long prompts: the attention's query chunks
+        bar.set_postfix_str(f"attention {100 * rows // max(total, 1)}% of a pass")
+
+    try:
+        with report_progress(within_pass):
+            yield update
+    finally:
+        bar.close()
+
+
 def run(args: argparse.Namespace) -> int:
     from constructions.nope.search import search
 
@@ -267,7 +313,10 @@ def run(args: argparse.Namespace) -> int:
         raise BadInput(f"--budget must be at least 2, got {args.budget}")
     require_memory(BYTES_PER_DIGIT * args.digits, f"a search over {args.digits}-digit inputs")
     model, what, pos_ids_fn = load(args, task)
-    report = search(model, task, args.digits, args.budget, seed=args.seed, rtol=args.rtol, pos_ids_fn=pos_ids_fn)
+    require_pass_memory(model, task, args.digits)
+    with progress_bar(not args.no_progress and sys.stderr.isatty()) as progress:
+        report = search(model, task, args.digits, args.budget, seed=args.seed, rtol=args.rtol, pos_ids_fn=pos_ids_fn,
+                        progress=progress)
     verified = None if report.certificate is None else report.certificate.verify(model, pos_ids_fn, args.rtol)
     if args.json:
         text = json.dumps({**report.to_dict(), "model": what, "verified": verified}, indent=2)

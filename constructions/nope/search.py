@@ -54,6 +54,11 @@ _CHUNK_TOKENS = 1 << 17
 _ADDITION_MIN_REASON = "with 1-digit operands the only rearrangement of '$a+b=' swaps a and b, and a+b = b+a"
 
 
+def chunk_prompts(seq_len: int) -> int:
+    """Prompts of ``seq_len`` tokens per forward pass (about :data:`_CHUNK_TOKENS` tokens, 8 to 4096)."""
+    return max(8, min(4096, _CHUNK_TOKENS // seq_len))
+
+
 class SearchSpace:
     """The prompts of one task and length: a template whose ``_`` slots take the digits 0-9."""
 
@@ -216,6 +221,7 @@ def search(
     model: Callable[..., torch.Tensor], task: str | Any = "addition", n_digits: int = 3,
     budget: int | None = None, *, seed: int = 0, rtol: float | None = None,
     pos_ids_fn: Callable[[torch.Tensor], torch.Tensor] | None = None, exhaustive: bool | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> SearchReport:
     """Search for a Proposition 5.2 counterexample (see the module docstring); never raises for a
     model that distinguishes the pairs (the report's ``certificate`` is then ``None``).
@@ -223,7 +229,9 @@ def search(
     ``budget`` bounds the number of prompts the model is evaluated on (default :data:`DEFAULT_BUDGET`,
     fewer for long prompts: at most :data:`DEFAULT_TOKEN_BUDGET` tokens); ``exhaustive`` forces the mode
     (default: exhaustive when all 10^L fillings fit the budget). Raises :class:`BadInput` for an
-    unknown task or too few digits, :class:`ModelMismatchError` for a model that does not fit."""
+    unknown task or too few digits, :class:`ModelMismatchError` for a model that does not fit.
+    ``progress(done, total)`` is called after every forward pass with the prompts evaluated so far and
+    the most the search will evaluate."""
     task_obj = resolve_task(task)
     space = SearchSpace(task_obj, n_digits)
     if budget is None:
@@ -239,7 +247,8 @@ def search(
     applies, note = proposition_note(model, pos_ids_fn)
     if exhaustive is None:
         exhaustive = 10 ** space.n_slots <= budget
-    chunk = max(8, min(4096, _CHUNK_TOKENS // len(space.base)))
+    chunk = chunk_prompts(len(space.base))
+    most = 10 ** space.n_slots if exhaustive else budget
     state = _State(budget)
     rng = np.random.default_rng(seed)
     batches = _exhaustive(space, chunk) if exhaustive else _random(space, rng, chunk, state)
@@ -248,8 +257,12 @@ def search(
         if not exhaustive and state.evaluated >= budget:
             break
         ids = space.ids(np.stack(batch.digits))
-        logits = np.concatenate([last_logits(model, ids[k:k + chunk], len(task_obj.vocab), pos_ids_fn)[0]
-                                 for k in range(0, len(ids), chunk)])
+        parts = []
+        for k in range(0, len(ids), chunk):
+            parts.append(last_logits(model, ids[k:k + chunk], len(task_obj.vocab), pos_ids_fn)[0])
+            if progress is not None:
+                progress(min(state.evaluated + k + chunk, state.evaluated + len(ids)), most)
+        logits = np.concatenate(parts)
         answers = np.array(batch.answers)
         state.evaluated += len(ids)
         state.compared += len(batch.pairs)

@@ -18,6 +18,8 @@ from typing import Any, Sequence
 
 from tqdm import tqdm
 
+from lengthgen.cli import ArgumentParser, UsageError, integer, run_cli
+from lengthgen.resources import require_memory
 from rasp.analyse import analyse
 from rasp.turing.program import compile_turing_machine
 from rasp.errors import AmbiguousLookupError, RASPError
@@ -47,8 +49,17 @@ tape:
   the end of the tape until --max-steps runs out. The head starts on the spec's
   "head" cell (negative counts from the right). See docs/rasp.md, "Turing machines".
 
+sizes (refused up front, one line naming the limit):
+  --ngram N         1 <= N <= cells + 1 (a longer n-gram adds no information)
+  --address-track B 2 <= B <= max(2, cells) (more letters than cells are never used)
+  random:...        STATES x SYMBOLS <= 10^6 transitions (every try draws the whole table)
+  memory            the simulator and the interpreter's T x T selections (about 10 bytes
+                    per pair of trace tokens) must fit the free memory
+                    (LENGTHGEN_IGNORE_MEMORY=1 tries anyway)
+
 exit status: 0 traces match, 1 they differ (or the lookup became ambiguous),
-             2 bad input (one "error: ..." line on stderr, nothing on stdout)
+             2 bad input (one "python -m rasp.turing: error: ..." line on stderr,
+             nothing on stdout)
 examples:
   python -m rasp.turing --machine addition --input 99+1 --show-trace
   python -m rasp.turing --machine random:7 --input 0123450 --mode teacher --json
@@ -56,9 +67,25 @@ examples:
 """
 
 
+PROG = "python -m rasp.turing"
+#: random machines: the most transitions (STATES x SYMBOLS) one try may draw; about 10 us and
+#: 700 bytes each (measured: random:1:300:300 draws in ~1 s and ~65 MB)
+MAX_RANDOM_TRANSITIONS = 10**6
+#: the interpreter's memory per pair of trace tokens (measured: 14,885 tokens peak near 2.1 GB)
+BYTES_PER_TOKEN_PAIR = 10
+
+
+def _positive(text: str) -> int:
+    """``--max-steps``, ``--ngram``: a whole number >= 1."""
+    value = integer(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m rasp.turing", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = ArgumentParser(
+        prog=PROG, epilog=EPILOG,
         description="Simulate a Turing machine in plain Python and with its compiled RASP\n"
                     "Turing-Program simulator (program P), and compare the traces\n"
                     "BOS c_0 SEP c_1 ... c_T EOS token for token. Prints the steps, the trace\n"
@@ -67,11 +94,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--machine", required=True, metavar="NAME|PATH.json",
                    help="library machine, random:SEED[:STATES:SYMBOLS], or a JSON spec file")
     p.add_argument("--input", required=True, metavar="TEXT", help="the input (initial tape)")
-    p.add_argument("--ngram", type=int, metavar="N",
-                   help="n-gram order of the lookup (default: the smallest n for which no "
-                        "configuration of the simulated trace repeats an n-gram)")
-    p.add_argument("--max-steps", type=int, default=10_000, metavar="S",
-                   help="step budget of the simulator; not halting within it is an error "
+    p.add_argument("--ngram", type=_positive, metavar="N",
+                   help="n-gram order of the lookup, 1 <= N <= cells + 1 (default: the smallest n for "
+                        "which no configuration of the simulated trace repeats an n-gram)")
+    p.add_argument("--max-steps", type=_positive, default=10_000, metavar="S",
+                   help="step budget of the simulator (>= 1); not halting within it is an error "
                         "(default 10000; see 'tape' below)")
     p.add_argument("--mode", choices=("teacher", "greedy"), default="greedy",
                    help="teacher: causal evaluation on the reference trace; greedy: autoregressive "
@@ -81,8 +108,8 @@ def _parser() -> argparse.ArgumentParser:
                         "transformer: compile P to the weights of a lengthgen.Transformer and run "
                         "it with lengthgen.decode (greedy: KV cache; teacher: one forward pass)")
     p.add_argument("--address-track", type=int, metavar="B", default=0,
-                   help="tag cells with a read-only de Bruijn address over B >= 2 letters so the "
-                        "premise holds for any machine (changes the vocabulary)")
+                   help="tag cells with a read-only de Bruijn address over 2 <= B <= cells letters so "
+                        "the premise holds for any machine (changes the vocabulary; 0: no address track)")
     p.add_argument("--show-trace", action="store_true", help="print the RASP trace, one configuration per line")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     return p
@@ -108,6 +135,10 @@ def resolve(spec: str, text: str, max_steps: int) -> _Resolved:
             raise RASPError(f"--machine {spec!r}: expected random:SEED[:STATES:SYMBOLS] with integers") from None
         if len(parts) not in (1, 3):
             raise RASPError(f"--machine {spec!r}: expected random:SEED or random:SEED:STATES:SYMBOLS")
+        if states * symbols > MAX_RANDOM_TRANSITIONS:
+            raise RASPError(f"--machine {spec!r}: STATES x SYMBOLS must be at most {MAX_RANDOM_TRANSITIONS:,} "
+                            f"transitions, got {states * symbols:,} (every try draws the whole table, "
+                            f"about {states * symbols * 1e-5 / 3600:.3g} hours each)")
         tape = random_machine(states, symbols, 0.1, seed).parse_tape(text)  # alphabet only
         # prefer runs of at least min(L, 10) steps; a short step budget keeps rejection cheap
         sample = sample_machine(n_states=states, n_symbols=symbols, tape=tape, seed=seed,
@@ -124,6 +155,22 @@ def resolve(spec: str, text: str, max_steps: int) -> _Resolved:
     return _Resolved(tm, tm.parse_tape(text), None)
 
 
+def _check_sizes(args: argparse.Namespace, cells: int) -> None:
+    """Refuse sizes that only cost time or memory, before the simulator runs: an n-gram longer than a
+    configuration and its separator (its extra columns of ``rasp.lib.masked_ngram`` are masked, or the
+    edge before BOS, so they add no information),
+    more address letters than cells (order-1 tags use one letter per cell, ``address_tags``), and a
+    step budget whose configurations (``cells`` symbols each) cannot be held."""
+    if args.ngram is not None and args.ngram > cells + 1:
+        raise UsageError(f"--ngram must be between 1 and {cells + 1} (a configuration of {cells} cells and its "
+                         f"separator; a longer n-gram adds no information), got {args.ngram}")
+    if args.address_track and not 2 <= args.address_track <= max(2, cells):
+        raise UsageError(f"--address-track must be between 2 and {max(2, cells)} letters (one per cell of the "
+                         f"{cells}-cell tape at most; more are never used), got {args.address_track}")
+    require_memory(args.max_steps * (8 * cells + 120),
+                   f"--max-steps {args.max_steps} on {cells} cells (one configuration kept per step)")
+
+
 def _first_mismatch(a: Sequence[int], b: Sequence[int]) -> int | None:
     for i, (x, y) in enumerate(zip(a, b)):
         if x != y:
@@ -134,20 +181,19 @@ def _first_mismatch(a: Sequence[int], b: Sequence[int]) -> int | None:
 def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     """Simulate, compile, run; return the report and the rendered trace lines."""
     res = resolve(args.machine, args.input, args.max_steps)
-    tm = res.machine
+    tm, L = res.machine, len(res.tape)
+    _check_sizes(args, L)
     sim = simulate(tm, res.tape, args.max_steps)
     tags = None
     if args.address_track:
-        if args.address_track < 2:
-            raise RASPError("--address-track needs B >= 2 letters")
-        tags = address_tags(len(res.tape), args.address_track)
+        tags = address_tags(L, args.address_track)
     vocab = Vocab.for_machine(tm, max(1, args.address_track))
     ref = build_trace(sim, vocab, tags)
     premise_n = min_ngram(split_configs(ref, vocab))
     n = args.ngram if args.ngram is not None else premise_n
-    if n < 1:
-        raise RASPError(f"--ngram must be >= 1, got {n}")
-    L = len(res.tape)
+    if args.backend == "interpreter":
+        require_memory(BYTES_PER_TOKEN_PAIR * len(ref) ** 2,
+                       f"interpreting a trace of {len(ref):,} tokens ({sim.steps} steps on {L} cells)")
     monitor, extra = None, {}
     start = time.perf_counter()
     if args.backend == "transformer":
@@ -258,15 +304,18 @@ def _text(report: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit status (0 match, 1 mismatch, 2 bad input)."""
+    """Entry point; returns the exit status (0 match, 1 mismatch, 2 bad input: one line on stderr)."""
+    return run_cli(PROG, lambda: _main(argv))
+
+
+def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
     if hasattr(sys, "set_int_max_str_digits"):
         sys.set_int_max_str_digits(0)
     try:
         report, lines = run(args)
     except RASPError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(str(exc)) from None
     if args.json:
         if args.show_trace:
             report["trace"] = lines

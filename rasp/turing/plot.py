@@ -1,13 +1,15 @@
 """Figure: every attention head of the compiled Turing-Program simulator on a short trace.
 
 Each panel is one head's attention pattern (query rows, key columns, teacher-forced on the
-reference trace, the compiler's BOS first), titled with the RASP operation it implements
-(from :meth:`rasp.weights.CompiledTransformer.describe`). Regenerate with
+reference trace, the compiler's BOS first), titled with what the head does in program P
+(:func:`head_title`, read from :meth:`rasp.weights.CompiledTransformer.describe`); layers and heads
+are numbered from 1, as in the project's other figures. Regenerate with
 
-    PYTHONPATH=src:. python -m rasp.turing.plot --out figures/turing_attention.png
+    python -m rasp.turing.plot --out figures/turing_attention.png
 """
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -15,10 +17,43 @@ import torch
 
 from lengthgen.cli import ArgumentParser, UsageError, run_cli
 from lengthgen.plot import save_figure
-from rasp.errors import MachineInputError
+from rasp.errors import RASPError
 from rasp.turing.library import TASKS
 from rasp.turing.machines import Vocab, build_trace, min_ngram, simulate, split_configs
 from rasp.turing.transformer import transformer_program
+
+
+#: what a head's select does, by the select's name (rasp/turing/program.py and rasp/turing/transformer.py, program P; rasp/lib.py, shift_by)
+SELECT_ROLES = {
+    "sep_or_bos": "position of the latest SEP (or BOS)",
+    "halted_head": "position of the latest halted head",
+    "before_last_sep": "position of the SEP before the latest",
+    "same_ngram": "n-gram lookup: same n-gram, previous configuration",
+    "at_match": "read-out: the new symbol at the matched key",
+}
+#: the values a shift head copies, in words
+VALUE_WORDS = {"tokens": "token", "left_class": "left cell's class", "nc": "new symbol", "nc_is_sep": "new symbol is SEP",
+               "is_sep": "token is SEP", "last_sep": "latest SEP position"}
+_PART = re.compile(r"(?P<name>\S+) = Aggregate\((?P<select>[a-z_]+?)(?:_(?P<shift>\d+))?(?:\[\d+\])?:"
+                   r".*, (?P<values>\w+), reduce=")
+
+
+def head_title(text: str) -> str:
+    """A readable title for one compiled head from its RASP text (``CompiledTransformer.describe``): what the
+    head does, then the names of the s-ops it computes (the compiler's own ``aggregate_N`` names left out).
+    Heads the compiler merged (same select, ``"; "``-separated) share one title."""
+    parts = [m for m in (_PART.match(p.strip()) for p in text.split("; ")) if m]
+    if not parts:
+        return textwrap.shorten(text, 60)
+    first = parts[0]
+    if first["shift"] is not None and first["select"] == "shift":
+        k = int(first["shift"])
+        role = (f"copy from {k} position{'s' if k > 1 else ''} back: "
+                + ", ".join(dict.fromkeys(VALUE_WORDS.get(m["values"], m["values"]) for m in parts)))
+    else:
+        role = SELECT_ROLES.get(first["select"], first["select"].replace("_", " "))
+    names = [m["name"] for m in parts if not re.fullmatch(r"aggregate_\d+", m["name"])]
+    return "\n".join(textwrap.wrap(role, 44)) + (f"\n(computes {', '.join(names)})" if names else "")
 
 
 def draw(task: str, text: str, out: list[Path]) -> None:
@@ -39,21 +74,27 @@ def draw(task: str, text: str, out: list[Path]) -> None:
     panels = [(layer, h, head) for layer, hs in enumerate(ct.heads) for h, head in enumerate(hs)]
     cols = 3
     rows = -(-len(panels) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 5.4 * rows), squeeze=False)
+    tick_size = max(4.0, min(9.0, 230 / len(labels)))  # every token labelled: 26 tokens -> 8.8 pt
+    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols + 1.0, 6.0 * rows + 0.6), squeeze=False,
+                             constrained_layout=True)
+    image = None
     for ax, (layer, h, head) in zip(axes.flat, panels):
         pattern = acts[f"blocks.{layer}.attn.hook_pattern"][0, h].numpy()
-        ax.imshow(pattern, cmap="Greys", vmin=0, vmax=1, interpolation="nearest")
-        ax.set_title(f"layer {layer} head {h}\n" + "\n".join(textwrap.wrap(head.text, 48)), fontsize=7)
-        ticks = range(0, len(labels), max(1, len(labels) // 12))
-        ax.set_xticks(list(ticks), [labels[i] for i in ticks], fontsize=5, rotation=90)
-        ax.set_yticks(list(ticks), [labels[i] for i in ticks], fontsize=5)
-        ax.set_xlabel("key", fontsize=6)
-        ax.set_ylabel("query", fontsize=6)
+        image = ax.imshow(pattern, cmap="Greys", vmin=0, vmax=1, interpolation="nearest")
+        ax.set_title(f"layer {layer + 1}, head {h + 1}\n{head_title(head.text)}", fontsize=10)
+        ticks = list(range(len(labels)))
+        ax.set_xticks(ticks, labels, fontsize=tick_size, rotation=90)
+        ax.set_yticks(ticks, labels, fontsize=tick_size)
+        ax.set_xlabel("key (attended token)", fontsize=9)
+        ax.set_ylabel("query (attending token)", fontsize=9)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
-    fig.suptitle(f"Compiled Turing-Program simulator: {task} {text!r}, n-gram order {n}, "
-                 f"{len(ref)}-token trace (teacher-forced); * = the compiler's BOS", fontsize=10)
-    fig.tight_layout(rect=(0, 0, 1, 0.97))
+    if image is not None:
+        bar = fig.colorbar(image, ax=axes, shrink=0.5, pad=0.01, aspect=30)
+        bar.set_label("attention weight", fontsize=10)
+    fig.suptitle(f"Compiled Turing-Program simulator on {task} {text!r}: every attention head\n"
+                 f"n-gram order {n}, {len(ref)}-token trace, teacher-forced; BOS* = the compiler's BOS, "
+                 f"[s q] = the head's cell (symbol s, state q)", fontsize=12)
     save_figure(fig, out)
 
 
@@ -71,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         args = p.parse_args(argv)
         try:
             draw(args.task, args.input, args.out)
-        except MachineInputError as exc:
+        except RASPError as exc:  # a bad input, a machine that does not halt, a program that does not compile
             raise UsageError(str(exc)) from None
         return 0
 

@@ -39,13 +39,16 @@ DEFAULT_CHECKPOINTS = {  # label -> committed checkpoint (all 1 layer, 2 heads, 
     "plain APE": "checkpoints/addition_ape_1l2h",
     "NoPE": "checkpoints/addition_nope_1l2h",
 }
-#: (colour, marker, line style) for the 1st, 2nd, ... trained model: the Okabe–Ito colour-blind-safe
-#: palette (yellow left out: too pale on white), each colour with its own marker and dash pattern
+#: (colour, marker, line style) for the 1st, 2nd, ... trained model: Okabe–Ito colour-blind-safe colours
+#: (yellow left out: too pale on white; sky blue left out: too close to blue), then grey and brown; no
+#: colour, marker or dash pattern used twice, so the lines stay apart in grey print too
 MODEL_STYLES = [
-    ("#0072B2", "o", "-"), ("#56B4E9", "s", "--"), ("#009E73", "D", "-."), ("#E69F00", "v", ":"),
-    ("#D55E00", "p", "-"), ("#CC79A7", "P", "--"), ("#999999", "X", "-."),
+    ("#0072B2", "o", "-"), ("#D55E00", "s", (0, (6, 2))), ("#009E73", "D", "-."), ("#E69F00", "v", ":"),
+    ("#CC79A7", "p", (0, (3, 1, 1, 1, 1, 1))), ("#666666", "P", (0, (8, 2, 2, 2))), ("#8C564B", "X", (0, (1, 3))),
 ]
-CONSTRUCTION_STYLE = ("#000000", "*", "--")
+#: the construction: thin black line with open stars, drawn beneath the trained models (which often lie
+#: on it at 100 %), so it never hides them
+CONSTRUCTION_STYLE = ("#000000", "*", (0, (2, 2)))
 DODGE = 0.09  # horizontal offset between neighbouring models' markers (lengths are integers)
 
 
@@ -223,16 +226,18 @@ def length_figure(entries: dict[str, Any], title: str, zoom_from: float = 90.0):
             ax.axvspan(lo - 0.5, hi + 0.5, color="0.88", zorder=0, label="trained lengths" if i == 0 else None)
         trained = [label for label, e in entries.items() if e.get("kind") != "construction"]
         for label, e in entries.items():
-            if e.get("kind") == "construction":
-                (color, marker, ls), dx, size = CONSTRUCTION_STYLE, 0.0, 11
-            else:
-                i = trained.index(label)
-                (color, marker, ls), size = MODEL_STYLES[i % len(MODEL_STYLES)], 6.5
-                dx = (i - (len(trained) - 1) / 2) * DODGE
-            xs = [r["n"] + dx for r in e["results"]]
+            xs = [r["n"] for r in e["results"]]
             ys = [100 * r["exact_match"] for r in e["results"]]
-            ax.plot(xs, ys, marker=marker, color=color, label=label, lw=1.8, ms=size, ls=ls,
-                    mec="black" if e.get("kind") != "construction" else color, mew=0.6, zorder=3)
+            if e.get("kind") == "construction":
+                color, marker, ls = CONSTRUCTION_STYLE
+                ax.plot(xs, ys, marker=marker, color=color, label=label, lw=1.2, ms=10, ls=ls, mfc="none",
+                        mec=color, mew=0.9, zorder=2)
+                continue
+            i = trained.index(label)
+            color, marker, ls = MODEL_STYLES[i % len(MODEL_STYLES)]
+            dx = (i - (len(trained) - 1) / 2) * DODGE
+            ax.plot([x + dx for x in xs], ys, marker=marker, color=color, label=label, lw=1.8, ms=6.5, ls=ls,
+                    mec="black", mew=0.6, zorder=3 + i)
         ax.set_xticks(all_n)
         ax.set_xlim(min(all_n) - 0.6, max(all_n) + 0.6)
         ax.set_ylim(y_lo, y_hi)

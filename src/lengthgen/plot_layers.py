@@ -123,21 +123,38 @@ def layer_maps(reference: np.ndarray, roles_of: dict[tuple[int, int], str] | Non
     return ref, tr
 
 
+def panel_lines(rows: list[tuple[str, list[HeadMap]]], cols: int) -> list[tuple[str, list[HeadMap]]]:
+    """The rows broken into lines of at most ``cols`` panels (a row's later lines titled "(continued)")."""
+    lines = []
+    for title, maps in rows:
+        for start in range(0, len(maps), cols):
+            lines.append((title if start == 0 else f"{title} (continued)", maps[start:start + cols]))
+    return lines
+
+
+def grid_columns(ref_widths: list[int], trained_widths: list[int]) -> int:
+    """Panels per line: as many as the trained model has heads, so its rows are full, and at least half
+    the widest reference row (which then takes two lines), so no line is mostly empty."""
+    widest = max(ref_widths + trained_widths)
+    return max(max(trained_widths, default=widest), -(-widest // 2))
+
+
 def layers_figure(ref: list[HeadMap], trained: list[HeadMap], roles: list[str], ref_name: str, title: str,
                   idle_layers: list[int]):
     """One row per layer of the reference, then per layer of the trained model; square panels with
-    the values written in the cells (>= 0.1), one colour bar. ``idle_layers``: reference layers
-    without working heads (named in the row list, not drawn)."""
+    the values written in the cells (>= 0.1), one colour bar beside the panels, as tall as the grid.
+    ``idle_layers``: reference layers without working heads (named in the title, not drawn)."""
     import matplotlib.pyplot as plt
 
-    rows = [(f"{ref_name}, layer {l + 1}", [m for m in ref if m.layer == l]) for l in sorted({m.layer for m in ref})]
-    rows += [(f"trained, layer {l + 1}", [m for m in trained if m.layer == l]) for l in sorted({m.layer for m in trained})]
-    cols = max(len(maps) for _, maps in rows)
+    ref_rows = [(f"{ref_name}, layer {l + 1}", [m for m in ref if m.layer == l]) for l in sorted({m.layer for m in ref})]
+    tr_rows = [(f"trained, layer {l + 1}", [m for m in trained if m.layer == l]) for l in sorted({m.layer for m in trained})]
+    cols = grid_columns([len(m) for _, m in ref_rows], [len(m) for _, m in tr_rows])
+    rows = panel_lines(ref_rows + tr_rows, cols)
     labels = [tick_label(r) for r in roles]
     fs, P = 7.0, 3.3
-    left, gap_x, top, label_h, title_h, gap_y, cbar = 0.9, 0.75, 1.0, 0.3, 0.55, 0.75, 0.2
+    left, gap_x, top, label_h, title_h, gap_y, cbar, cbar_gap = 0.9, 0.75, 1.0, 0.3, 0.55, 0.75, 0.2, 0.35
     block = label_h + title_h + P + gap_y
-    W = left + cols * (P + gap_x) + cbar + 0.9
+    W = left + cols * (P + gap_x) - gap_x + cbar_gap + cbar + 0.9
     H = top + len(rows) * block + 0.2
     fig = plt.figure(figsize=(W, H))
 
@@ -147,17 +164,19 @@ def layers_figure(ref: list[HeadMap], trained: list[HeadMap], roles: list[str], 
     im = None
     for k, (row_title, maps) in enumerate(rows):
         y = top + k * block
-        fig.text(left / W, 1 - (y + 0.05) / H, row_title, fontsize=fs + 4, fontweight="bold", va="top")
+        if row_title:
+            fig.text(left / W, 1 - (y + 0.05) / H, row_title, fontsize=fs + 4, fontweight="bold", va="top")
         for c, m in enumerate(maps):
             ax = axes(left + c * (P + gap_x), y + label_h + title_h, P, P)
             head_title = f"L{m.layer + 1} H{m.head + 1}: {m.reads}" + (f"\n{m.closest}" if m.closest else "")
             im = heatmap(ax, m.pattern, labels, labels, head_title, True, fs)
             ax.tick_params(axis="x", labelrotation=90)
             ax.axhline(roles.index("=") - 0.5, color="#0072B2", lw=0.9)  # rows below predict the answer
-    cax = axes(W - cbar - 0.75, top + label_h + title_h, cbar, P)
+    grid_top, grid_bottom = top + label_h + title_h, top + (len(rows) - 1) * block + label_h + title_h + P
+    cax = axes(left + cols * (P + gap_x) - gap_x + cbar_gap, grid_top, cbar, grid_bottom - grid_top)
     cb = fig.colorbar(im, cax=cax)
-    cb.set_label(f"attention probability (black: < {MASK_BELOW})", fontsize=fs + 1.5)
-    cb.ax.tick_params(labelsize=fs)
+    cb.set_label(f"attention probability (black: < {MASK_BELOW})", fontsize=fs + 3)
+    cb.ax.tick_params(labelsize=fs + 2)
     idle = ", ".join(str(l + 1) for l in idle_layers)
     note = (f"; {ref_name} layer {idle} has no attention" if len(idle_layers) == 1 else
             f"; {ref_name} layers {idle} have no attention" if idle_layers else "")
