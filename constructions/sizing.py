@@ -46,6 +46,9 @@ def resolve_width(
         raise CapacityError(f"n_digits must be at least 1, got {n_digits}")
     d_model = d_model_for(n_digits) if d_model is None else d_model
     P, bound = position_dims(d_model), max_digits_for(d_model)
+    if bound < 1:
+        raise CapacityError(f"d_model = {d_model} holds no digits ({bound_name.format(P=P)} = {bound}); "
+                            f"d_model = {d_model_for(1)} is the smallest that does")
     if n_digits is not None and n_digits > bound:
         raise CapacityError(
             f"{n_digits} digits exceed {bound_name.format(P=P)} = {bound} for d_model = {d_model}; "

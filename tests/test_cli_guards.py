@@ -211,8 +211,10 @@ def test_multiplication_advertises_the_smallest_width_that_holds_a_digit(capsys)
         cli.main(["--help"])
     assert "embedding dimension d >= 37" in " ".join(capsys.readouterr().out.split())
     assert build_model(d_model=37)[1]["bound_digits"] >= 1  # 37 holds a digit; 36 does not
-    with pytest.raises(ValueError, match="d_model = 37 fits"):
+    with pytest.raises(ValueError, match="d_model = 37 is the smallest that does"):
         build_model(d_model=36)
+    with pytest.raises(ValueError, match="d_model = 34 holds no digits"):  # also when digits are asked for
+        build_model(n_digits=2, d_model=34)
 
 
 def test_evaluate_out_on_a_folder_names_the_file_to_give(tmp_path, capsys):

@@ -71,8 +71,6 @@ def build_model(
         n_digits = DEFAULT_DIGITS
     d_model, P, bound = resolve_width(n_digits, d_model, d_model_for=d_model_for, position_dims=position_dims,
                                       max_digits_for=max_digits_for, bound_name="this construction's bound 2^{P} - 6")
-    if bound < 1:
-        raise CapacityError(f"d_model = {d_model} holds no digits (bound 2^{P} - 6 = {bound}); d_model = {d_model_for(1)} fits")
     table = n_digits if n_digits is not None else min(bound, DEFAULT_TABLE_DIGITS)
     n_positions = START_ID + table + 3  # IDs 0 .. e = s + N + 2
     n_tokens = 2 * table + 8
