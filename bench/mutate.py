@@ -90,7 +90,7 @@ PARTS = {
         ("src/lengthgen/proof/attention.py", "src/lengthgen/proof/keys.py"),
         PROOF_TESTS,
     ),
-    "rounding": Part(("src/lengthgen/proof/rounding.py",), PROOF_TESTS),
+    "rounding": Part(("src/lengthgen/proof/rounding.py",), ("tests/test_rounding_mutants.py", *PROOF_TESTS)),
     "addition": Part(
         ("constructions/addition/certify/margins.py", "constructions/addition/certify/ffn.py"),
         ("tests/test_certify_margins.py",),
