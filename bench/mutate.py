@@ -14,7 +14,7 @@ Writes ``bench/results/mutation/PART.md``: the counts (killed / survived / no te
 the wall time, and every mutant that was not killed (file:line and the diff), equivalent or open.
 ``no tests``: no selected test calls the mutated function at all.
 
-mutmut copies ``src``, ``constructions`` and ``rasp`` into ``mutants/`` (scratch, git-ignored) and
+mutmut copies ``src``, ``constructions``, ``rasp`` and ``docs`` (the constants tests read it) into ``mutants/`` (scratch, git-ignored) and
 reads its settings from a ``setup.cfg`` that this script writes for the run and removes after it.
 """
 from __future__ import annotations
@@ -46,6 +46,28 @@ class Part:
     isolation: str = "forkserver"
 
 
+# The tests of parts `proof` and `rounding` (src/lengthgen/proof/: the attention bound, 666 mutants,
+# and the float terms, 613, split so that each runs in about an hour on two shared cores), in the
+# order they run (``run`` passes it to tests/conftest.py; mutmut's is arbitrary): the unit tests with
+# exact oracles first, then certificates of small built models, about 6 s in all. The whole of
+# tests/test_certify_margins.py (27 s, its 20000-digit case alone 5 s) would make each surviving
+# mutant cost half a minute.
+PROOF_TESTS = (
+    ("tests/test_proof_mutants.py", "tests/test_certify_constants.py")
+    + tuple(f"tests/test_certify_structure.py::test_{t}" for t in (
+        "two_ids_with_one_key_vector_fail", "a_key_coordinate_with_too_many_values_fails",
+        "key_vectors_spanning_more_than_2_to_the_62_fail", "an_attended_id_that_depends_on_the_query_digit_fails",
+        "models_outside_the_covered_shape_fail"))
+    + tuple(f"tests/test_certify_margins.py::test_{t}" for t in (
+        "fails_when_a_position_code_is_perturbed", "fails_hardmax_when_the_output_scale_is_perturbed",
+        "passes_for_the_built_model[1-21-float32]"))
+    + ("tests/test_copying_certify.py::test_margins_pass_for_built_models[float32-copy]",
+       "tests/test_certify_margins.py::test_an_overflowing_float_term_fails_instead_of_passing")
+    + tuple(f"tests/test_certify_bounds_measured.py::test_{t}" for t in (
+        "printed_bounds_contain_the_float64_measurement[float32-built]",
+        "float_terms_contain_the_float32_movement[built]", "a_narrow_readout_margin_carries_every_float_term"))
+)
+
 PARTS = {
     "interval": Part(
         ("src/lengthgen/proof/interval.py",),
@@ -62,14 +84,13 @@ PARTS = {
             "tests/test_addition_decided.py::test_a_bfloat16_near_tie_is_wrong_in_both_modes",
         ),
     ),
+    # src/lengthgen/proof/: the attention bound (keys, attention: 666 mutants) and the float terms
+    # (rounding: 613 mutants) are two parts, each of which runs in about an hour on two shared cores
     "proof": Part(
-        (
-            "src/lengthgen/proof/attention.py",
-            "src/lengthgen/proof/keys.py",
-            "src/lengthgen/proof/rounding.py",
-        ),
-        ("tests/test_certify_margins.py", "tests/test_copying_certify.py::test_margins_pass_for_built_models"),
+        ("src/lengthgen/proof/attention.py", "src/lengthgen/proof/keys.py"),
+        PROOF_TESTS,
     ),
+    "rounding": Part(("src/lengthgen/proof/rounding.py",), ("tests/test_rounding_mutants.py", *PROOF_TESTS)),
     "addition": Part(
         ("constructions/addition/certify/margins.py", "constructions/addition/certify/ffn.py"),
         ("tests/test_certify_margins.py",),
@@ -112,7 +133,7 @@ PARTS = {
 def write_config(part: Part) -> None:
     if CONFIG.exists() and not CONFIG.read_text().startswith(MARK):
         sys.exit(f"{CONFIG.name} exists and was not written by this script; not touching it")
-    lines = [MARK, "[mutmut]", "source_paths =", "    src", "    constructions", "    rasp", "only_mutate ="]
+    lines = [MARK, "[mutmut]", "source_paths =", "    src", "    constructions", "    rasp", "also_copy =", "    docs", "only_mutate ="]
     lines += [f"    {f}" for f in part.files]
     lines += ["pytest_add_cli_args_test_selection ="] + [f"    {t}" for t in part.tests]
     lines += ["pytest_add_cli_args =", "    -p", "    no:cacheprovider"]
@@ -221,6 +242,10 @@ def report(name: str, part: Part, mutants: list[Mutant], seconds: float) -> str:
     out = [f"# Mutation testing: part `{name}`", "", "Written by `make mutate PART=" + name + "` (bench/mutate.py).",
            "", "Mutated: " + ", ".join(f"`{f}`" for f in part.files),
            "Tests: " + " ".join(f"`{t}`" for t in part.tests), "", summary, ""]
+    rechecks = ROOT / "mutants" / f"{name}.recheck"
+    if rechecks.exists():  # --recheck: survivors run again against newer tests, counted as killed above
+        out += ["Killed after the run (`--recheck`, each survivor against the tests named):", ""]
+        out += [f"- {line}" for line in rechecks.read_text().splitlines()] + [""]
     out += [f"## Open ({len(open_)}): a test should kill these, or they go to equivalent.txt with a reason", ""]
     for m in open_:
         out += [f"### {m.path}:{m.line} `{m.function}` ({m.status})", "", "```diff", m.diff.strip(), "```", ""]
@@ -244,7 +269,10 @@ def run(name: str, report_only: bool = False) -> str:
             (ROOT / "mutants").mkdir()
             start = time.monotonic()
             with open(ROOT / "mutants" / f"{name}.log", "w") as log:
-                subprocess.run([sys.executable, "-m", "mutmut", "run"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+                # tests/conftest.py runs the selected tests in the part's order (mutmut's is arbitrary)
+                env = {**os.environ, "LENGTHGEN_TEST_ORDER": "\n".join(t for t in part.tests if t != "-k")}
+                subprocess.run([sys.executable, "-m", "mutmut", "run"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                               env=env)
             seconds = time.monotonic() - start
             (ROOT / "mutants" / f"{name}.seconds").write_text(f"{seconds:.1f}\n")
         mutants = collect()
@@ -255,16 +283,61 @@ def run(name: str, report_only: bool = False) -> str:
     return report(name, part, mutants, seconds)
 
 
+def recheck(name: str, tests: list[str]) -> None:
+    """After a run: each survivor of part ``name`` against ``tests`` (tests written for the survivors),
+    one pytest session per mutant in this process, mutmut's trampoline choosing the mutant by
+    ``MUTANT_UNDER_TEST``. A mutant that fails them is recorded as killed in mutants/ (the tests
+    must keep no state between sessions, e.g. no cache of a certificate's result)."""
+    import json
+
+    import pytest
+
+    metas = [p for f in PARTS[name].files for p in (ROOT / "mutants").glob(f + ".meta")]
+    if not (ROOT / "mutants" / f"{name}.seconds").exists() or not metas:
+        sys.exit(f"mutants/ holds no run of part {name}: run it first")
+    shutil.copytree(ROOT / "tests", ROOT / "mutants" / "tests", dirs_exist_ok=True)  # the tests as they are now
+    os.chdir(ROOT / "mutants")
+    args = ["-x", "-q", "-p", "no:cacheprovider", "--rootdir=.", "-o", "addopts=", *tests]
+
+    def session(mutant: str) -> int:
+        os.environ["MUTANT_UNDER_TEST"] = mutant
+        return int(pytest.main(args))
+
+    if session("") != 0:
+        sys.exit(f"{' '.join(tests)} fail on the code without mutants")
+    killed, checked = [], 0
+    for meta in metas:
+        data = json.loads(meta.read_text())
+        for key, code in data["exit_code_by_key"].items():
+            if code == 0:  # survived
+                checked += 1
+                if session(key) != 0:
+                    data["exit_code_by_key"][key] = 1
+                    killed.append(key)
+        meta.write_text(json.dumps(data, indent=4))
+    os.chdir(ROOT)
+    log = ROOT / "mutants" / f"{name}.recheck"
+    log.write_text((log.read_text() if log.exists() else "") + f"{' '.join(tests)}: {checked} survivors, {len(killed)} killed\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("part", choices=[*PARTS, "all"], help="which part to mutate (all: one after another)")
     parser.add_argument("--report-only", action="store_true",
                         help="no new run: write the report again from the last run's mutants/ (same part)")
+    parser.add_argument("--recheck", nargs="+", metavar="TEST",
+                        help="no new run: the last run's survivors against these tests, then the report")
     args = parser.parse_args()
     os.chdir(ROOT)  # mutmut reads setup.cfg and mutants/ from the working directory
     RESULTS.mkdir(parents=True, exist_ok=True)
     for name in PARTS if args.part == "all" else [args.part]:
-        print(run(name, args.report_only), flush=True)
+        if args.recheck:
+            write_config(PARTS[name])
+            try:
+                recheck(name, args.recheck)
+            finally:
+                CONFIG.unlink(missing_ok=True)
+        print(run(name, args.report_only or bool(args.recheck)), flush=True)
 
 
 if __name__ == "__main__":

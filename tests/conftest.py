@@ -34,6 +34,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # bench/mutate.py: run the tests in the order its part lists them (cheap, sharp ones first), so that
+    # a killed mutant stops at its first failing test early (mutmut passes them in no fixed order)
+    order = os.environ.get("LENGTHGEN_TEST_ORDER")
+    if order:
+        prefixes = order.split("\n")
+        items.sort(key=lambda item: next((i for i, p in enumerate(prefixes) if item.nodeid.startswith(p)), len(prefixes)))
     import torch
 
     if torch.cuda.is_available():
