@@ -149,10 +149,10 @@ def _check_class(W: Weights, tables: dict, effect: Iv, roles: np.ndarray, patter
     target = token(len(pattern) - 1)
     rows = np.arange(C)
     gap = logits[rows, target][:, None] - logits  # [C, V]
-    gap_lo = gap.lo.copy()
+    gap_lo = np.where(np.isnan(gap.lo), -np.inf, gap.lo)  # a NaN end point (a weight NaN or inf) proves nothing
     gap_lo[rows, target] = np.inf
-    if not np.all(gap_lo > 0):  # a NaN end point (inf − inf on overflow) proves nothing either
-        c, v = np.unravel_index(int(np.argmin(np.where(gap_lo > 0, gap_lo, -np.inf))), gap_lo.shape)
+    if np.any(gap_lo <= 0):
+        c, v = np.unravel_index(int(np.argmin(gap_lo)), gap_lo.shape)
         digits = ", ".join(str(d) for d in configs[c]) or "none"
         return (f"at the hard-max limit the right token is not proven to beat {COPY.vocab[int(v)]!r} (free digits {digits}; "
                 f"gap ≥ {gap_lo[c, v]:.4g})"), 0.0, "", {}, C
