@@ -4,6 +4,8 @@
 of tests/forward_oracle.py, or the task's coupling worked out by hand (docs/copying.md)."""
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -21,9 +23,9 @@ def _model(task: str, n: int = N):
     return build_model(task, n_digits=n, dtype="float64")[0]
 
 
-def _predictions(task: str, model, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _predictions(task: str, model, x: np.ndarray, start: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """float64 argmax at every answer position (``=``, y_1 … y_n) and the right tokens there."""
-    inst = TASKS[task].instance(x.astype(np.uint8), start=1)
+    inst = TASKS[task].instance(x.astype(np.uint8), start=start)
     tok, pos = inst.tokens[:-1], inst.pos_ids[:-1]
     logits = forward64(model, tok, pos)["logits"][len(x) + 1:]
     expected = np.concatenate([x[::-1] if task == "reverse" else x, [COPY.EOS]])
@@ -228,13 +230,15 @@ def test_a_shared_cache_never_hides_a_changed_weight() -> None:
 
 def test_too_many_free_digits_names_the_class(monkeypatch: pytest.MonkeyPatch) -> None:
     """With the enumeration limit lowered to 1, ``=`` (1 free digit) is enumerated and y_1 (its own
-    digit x_1 and the copied x_2: 2 free digits) is refused, in these words."""
+    digit x_1 and the copied x_2: 2 free digits) is refused, in these words; the float terms,
+    computed before the classes, are kept (as for a hard-max FAIL)."""
     from constructions.copying.certify import margins
     monkeypatch.setattr(margins, "MAX_FREE_DIGITS", 1)
-    cert = margins.certify(_model("copy"), "copy", N, "real")
+    cert = margins.certify(_model("copy"), "copy", N, "float64")
     assert cert.reason == "structure" and cert.message == (
         "query y_1 -> S = {$, x_2}, predicts the digit of x_2: an answer position depends on 2 input digits "
         "(at most 1 are enumerated)")
+    assert cert.float_terms is not None and cert.float_terms.dtype == "float64"
 
 
 def test_the_hardmax_failure_names_the_free_digits() -> None:
@@ -266,3 +270,57 @@ def test_a_passed_certificate_says_what_was_certified() -> None:
     assert cert.passed is True and cert.reason == "" and cert.message == "PASS"
     assert list(cert.heads[0]) == ["sizes", "gap", "leak", "eta", "tv"] and cert.heads[0]["sizes"] == [1, 2]
     assert cert.heads[0]["tv"] >= cert.heads[0]["leak"] > 0 and cert.heads[0]["gap"] > 0
+
+
+def _set(model, name: str, row: str, col: str, value: float) -> None:
+    """One entry of head 1's W_V or W_O, or of W_U, by its row and column labels."""
+    lab, hd = model.annotations.residual, model.annotations.head_dims[0]
+    with torch.no_grad():
+        if name == "W_U":
+            model.unembed.W_U[lab.index(row), COPY.vocabulary[col]] = value
+        elif name == "W_V":
+            model.blocks[0].attn.W_V[0, lab.index(row), hd.index(col)] = value
+        else:
+            model.blocks[0].attn.W_O[0, hd.index(row), lab.index(col)] = value
+
+
+def test_a_shared_cache_never_hides_a_changed_value_path() -> None:
+    """The tables kept between calls are keyed by every weight they read. After the right model
+    has filled the cache, a model that differs from it in one entry of W_V, W_O or W_U, which
+    makes it predict '5' where a 7 is due (checked by the forward pass), must FAIL: the value of
+    the token 7 also written into COPIED[5] (through W_V or W_O), the query token 7 read as '5'
+    (W_U), or the position codes read into COPIED[5] (W_V; W_O, after a model whose W_V reads them
+    into a head dimension that W_O ignores, which changes nothing)."""
+    cache: dict = {}
+    assert certify(_model("copy"), "copy", N, "real", cache=cache).passed
+    wrong = []
+    for name, row, col, value in [("W_V", "DIGIT[7]", "val_DIGIT[5]", 1.5), ("W_O", "val_DIGIT[7]", "COPIED[5]", 3.0),
+                                  ("W_U", "DIGIT[7]", "5", 3.0), ("W_V", "POS[0]", "val_DIGIT[5]", 3.0)]:
+        wrong.append(_model("copy"))
+        _set(wrong[-1], name, row, col, value)
+    reads_pos = _model("copy")
+    _set(reads_pos, "W_V", "POS[0]", "pos[0]", 1.0)
+    for x in (np.full(N, 7), np.arange(N) % 2 * 7):
+        assert np.array_equal(*_predictions("copy", reads_pos, x))
+    assert certify(reads_pos, "copy", N, "real", cache=cache).passed
+    wrong.append(copy.deepcopy(reads_pos))
+    _set(wrong[-1], "W_O", "pos[0]", "COPIED[5]", 3.0)
+    for model in wrong:
+        predicted, expected = _predictions("copy", model, np.full(N, 7))
+        assert np.any(predicted != expected)
+        cert = certify(model, "copy", N, "real", cache=cache)
+        assert not cert.passed, cert.message
+
+
+@pytest.mark.parametrize("task", ["copy", "reverse"])
+def test_the_certified_start_id_is_the_one_given(task: str) -> None:
+    """Position ID 1 lifts '5' by 3 in its own logits. With start ID 1 it is ``=``'s ID (copy) or
+    x_1's and y_n's (reverse), and the forward pass predicts '5' there; with start ID 2 no token
+    holds it and every answer is right. So 5 digits must PASS from start 2 and FAIL from start 1."""
+    model, n = _model(task), N - 1
+    _lift_through_embedding(model, 1, COPY.vocabulary["5"], 3.0, table="W_pos")
+    for x in (np.full(n, 7), np.arange(n) * 2 % 10):
+        assert np.any(np.not_equal(*_predictions(task, model, x, start=1)))
+        assert np.array_equal(*_predictions(task, model, x, start=2))
+    assert certify(model, task, n, "real", start=2).passed
+    assert certify(model, task, n, "real", start=1).reason == "hardmax"

@@ -149,7 +149,7 @@ def _check_class(W: Weights, tables: dict, effect: Iv, roles: np.ndarray, patter
     target = token(len(pattern) - 1)
     rows = np.arange(C)
     gap = logits[rows, target][:, None] - logits  # [C, V]
-    gap_lo = gap.lo.copy()
+    gap_lo = np.where(np.isnan(gap.lo), -np.inf, gap.lo)  # a NaN end point (a weight NaN or inf) proves nothing
     gap_lo[rows, target] = np.inf
     if np.any(gap_lo <= 0):
         c, v = np.unravel_index(int(np.argmin(gap_lo)), gap_lo.shape)
@@ -159,6 +159,9 @@ def _check_class(W: Weights, tables: dict, effect: Iv, roles: np.ndarray, patter
     W_U = W.W_U
     sens = I.up(np.abs(W_U.T[:, None, :] - W_U.T[None, :, :]))  # [V, V, d] ≥ |W_U[r, t] − W_U[r, o]|
     total = I.up_add(*deltas.values())
+    # a coordinate that cannot move adds exactly 0, also where |W_U[r, t] − W_U[r, o]| overflowed to
+    # inf (inf·0 would be NaN, which the comparisons below would read as "nothing required")
+    sens = np.where(total > 0, sens, 0.0)
     req = I.up_add(I.up_matmul_nonneg(sens, total), logit_error)  # [V, V]
     need = req[target]  # [C, V]
     with np.errstate(divide="ignore", invalid="ignore"):
