@@ -48,13 +48,15 @@ def float_below(x: Fraction) -> float:
 
 
 def certify(model: torch.nn.Module, n: int, start: int, *, max_width: int = 2, margin: float = DECISION_MARGIN,
-            progress: bool = False, keep_enclosures: bool = False) -> list[PositionResult]:
+            progress: bool = False, keep_enclosures: bool = False, tail: str = "both") -> list[PositionResult]:
     """Certificate results of every answer position r = 0 … N + 1 of N-digit coupled addition
-    (``keep_enclosures``: each also keeps its configurations' logit-difference enclosures)."""
+    (``keep_enclosures``: each also keeps its configurations' logit-difference enclosures;
+    ``tail``: "both" runs the affine tail on what the plain interval pass leaves unproven,
+    "interval" the plain pass only, "affine" the affine tail only)."""
     w = OneLayer.from_model(model)
     lay = Layout(n, start, ADDITION.EOS, ADDITION.PLUS, ADDITION.EQUALS)
     cert = PositionCertifier(w, Tables.build(w), lay, max_width=max_width, margin=margin,
-                             keep_enclosures=keep_enclosures)
+                             keep_enclosures=keep_enclosures, tail=tail)
     positions = range(n + 2)
     if progress:
         from tqdm import tqdm
