@@ -36,7 +36,7 @@ from . import interval as I
 from .interval import Iv
 from .layers import exp_enclosure, exp_upper, recip
 from .trained_affine import CHUNK as AFFINE_CHUNK
-from .trained_affine import affine_differences
+from .trained_affine import affine_differences, free_values
 from .trained_tables import OneLayer, Tables
 from .weights import StructureError
 
@@ -257,17 +257,18 @@ class PositionCertifier:
         e = exp_enclosure(sub - Iv.exact(ref[:, None, None]))  # [V, V, ids]
         weighted = lambda table: Iv(e.lo[..., None], e.hi[..., None]) * table[:, ids][None]  # noqa: E731
         w_free = np.zeros(self.V)
-        box = lambda table: Iv(np.zeros(table.shape[-1]), np.zeros(table.shape[-1]))  # noqa: E731
+        box = Iv(np.zeros(self.w.d_model), np.zeros(self.w.d_model))
         if free:
             best = np.stack([s.hi[:, toks, pid].max(axis=1) for toks, pid in free], axis=1)  # [V, F]
             with np.errstate(invalid="ignore"):
                 terms = exp_upper(I.up(best - ref[:, None]))
             w_free = I.up(terms.sum(axis=1) * I.up_sum_factor(len(free)))
-            box = lambda table: Iv(np.min([table.lo[toks, pid].min(axis=0) for toks, pid in free], axis=0),  # noqa: E731
-                                   np.max([table.hi[toks, pid].max(axis=0) for toks, pid in free], axis=0))
-        value = self.t.value[h]
-        return {"w_free": w_free, "box": box(out), "index": {pid: i for i, pid in enumerate(ids)}, "e": e,
-                "eo": weighted(out), "ev": weighted(value), "box_v": box(value)}
+            box = Iv(np.min([out.lo[toks, pid].min(axis=0) for toks, pid in free], axis=0),
+                     np.max([out.hi[toks, pid].max(axis=0) for toks, pid in free], axis=0))
+        affine = self.tail != "interval"  # the affine tail's value-space tables
+        return {"w_free": w_free, "box": box, "index": {pid: i for i, pid in enumerate(ids)}, "e": e,
+                "eo": weighted(out), "ev": weighted(self.t.value[h]) if affine else None,
+                "free_v": free_values(self.t.value[h], free, self.w.W_O[h]) if free and affine else None}
 
     def fixed_mean(self, k: dict, slots, tq: np.ndarray, table: str = "eo") -> tuple[Iv, np.ndarray]:
         """The fixed keys' softmax-weighted mean of ``out`` (``table`` "eo") or of the value vectors
