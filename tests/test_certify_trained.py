@@ -230,6 +230,7 @@ def two_layer_checkpoint(tmp_path):
     (["--checkpoint", "checkpoints/addition_coupled_1l2h", "--digits", "3", "--dtype", "float32"], "real"),
     (["--checkpoint", "no/such/dir", "--digits", "3"], "no such checkpoint"),
     (["--checkpoint", "checkpoints/addition_coupled_1l2h", "--digits", "x"], "expected a whole number in digits 0-9"),
+    (["--checkpoint", "checkpoints/addition_coupled_1l2h", "--digits", "3", "--tail", "box"], "invalid choice"),
 ])
 def test_cli_bad_input_is_one_line(argv, message, capsys):
     assert_one_line_error(cli.main, argv, cli.PROG, message, capsys)
