@@ -20,8 +20,9 @@ exact: digits uniform (1/9 for the leading ones), P(carry into lo = 1) = (10^lo 
 ``W⁺/(Z⁻ + W⁺)`` (W⁺: the sum of e^{max score} over those keys, Z⁻: the fixed keys' weight) and its
 mean value lies in the box of all its possible values: ``out = o_fixed + λ·(o_free − o_fixed)``
 exactly, enclosed with λ ∈ [0, λ⁺]. The residual enclosure then goes through LN2, the MLP, the
-final LN and the unembedding; the configuration is proven when the target's logit beats every
-other by more than the margin in the enclosure.
+final LN and the unembedding, first in plain interval arithmetic, then, for what that leaves
+unproven, as an affine form (:mod:`lengthgen.proof.trained_affine`); the configuration is proven
+when the target's logit beats every other by more than the margin in the enclosure.
 """
 from __future__ import annotations
 
