@@ -42,6 +42,8 @@ def main() -> None:
     p.add_argument("--digits", nargs="*", type=int, default=[5, 10, 15])
     p.add_argument("--samples", type=int, default=1000)
     p.add_argument("--exhaustive", action="store_true")
+    p.add_argument("--tail", default="both", choices=["interval", "both", "affine"],
+                   help="both: the affine tail on what plain intervals leave unproven (the default of lengthgen.certify)")
     args = p.parse_args()
     torch.set_num_threads(1)
     start = EVAL_STARTS["addition"]
@@ -51,7 +53,7 @@ def main() -> None:
         for n in args.digits:
             model, _, _ = load_checkpoint(name if name == "construction" else f"checkpoints/{name}", n)
             t0 = time.perf_counter()
-            results = certify(model, n, start)
+            results = certify(model, n, start, tail=args.tail)
             out = summarize(n, results, find_counterexamples(model, n, start, results, 5))
             seconds = time.perf_counter() - t0
             sampled = evaluate(model, "coupled", [n], args.samples)[0]["exact_match"]

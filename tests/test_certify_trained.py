@@ -88,14 +88,54 @@ def assert_sound(model: Transformer, n: int, pairs: list[tuple[int, int]], exhau
     return {**out, "accuracy": accuracy, "results": results}
 
 
-@pytest.mark.parametrize("name,n", [(name, 1) for name in COMMITTED]
-                         + [pytest.param("addition_coupled_1l2h_packed", 2, marks=pytest.mark.slow)])
-def test_committed_checkpoints_bound_below_exhaustive_accuracy(name, n):
-    """N = 2 for the other checkpoints and N = 3 (810 000 pairs): bench/bench_certify_trained.py."""
+@pytest.mark.parametrize("name,n,tail", [(name, 1, tail) for name in COMMITTED for tail in ("both", "affine")]
+                         + [pytest.param("addition_coupled_1l2h_packed", 2, "both", marks=pytest.mark.slow)])
+def test_committed_checkpoints_bound_below_exhaustive_accuracy(name, n, tail):
+    """N = 2 for the other checkpoints and N = 3 (810 000 pairs): bench/bench_certify_trained.py.
+    ``tail="affine"`` sends every configuration through the affine tail alone."""
     model, _, _ = load_checkpoint(f"checkpoints/{name}", n)
-    out = assert_sound(model, n, all_pairs(n), exhaustive=True)
+    out = assert_sound(model, n, all_pairs(n), exhaustive=True, tail=tail)
     # at N ≤ 2 the window holds every digit: no key is treated pessimally, so the bound is tight
     assert out["accuracy_lower_bound"] >= out["accuracy"] - 0.01
+
+
+def extreme_pairs(n: int, rng: np.random.Generator, count: int) -> list[tuple[int, int]]:
+    """Every pair whose digits are all extreme (0 or 9; 1 or 9 at the lead), then pairs mixing
+    extreme and random digits: the free keys at their extreme tokens."""
+    lead = (1, 9) if n > 1 else (0, 9)
+    numbers = [int("".join(map(str, ds))) for ds in itertools.product(lead, *[(0, 9)] * (n - 1))]
+    pairs = list(itertools.product(numbers, repeat=2))
+    for _ in range(count):
+        ab = []
+        for _ in range(2):
+            ds = [int(rng.choice([rng.integers(0, 10), 0, 9])) for _ in range(n)]
+            ds[0] = ds[0] if ds[0] > 0 or n == 1 else 9
+            ab.append(int("".join(map(str, ds))))
+        pairs.append(tuple(ab))
+    return pairs
+
+
+def test_affine_tail_encloses_forward_passes_with_pessimal_keys():
+    """N = 3 with a one-significance window: at answer position 0 the keys of the two higher
+    significances are free (λ⁺ ≈ 0.4%) and only the affine tail proves anything; every real logit
+    difference, on random pairs and on pairs whose free digits are extreme, lies in the affine
+    enclosure of its configuration. Positions 3 and 4 (λ⁺ ≈ 4–5%) are left unproven."""
+    n = 3
+    model, _, _ = load_checkpoint("checkpoints/addition_coupled_1l2h_packed", n)
+    rng = np.random.default_rng(0)
+    pairs = extreme_pairs(n, rng, 150) + [(int(a), int(b)) for a, b in zip(*rng.integers(100, 1000, (2, 150)))]
+    results = cli.certify(model, n, START, max_width=1, tail="affine", positions=[0], keep_enclosures=True)
+    res = results[0]
+    assert res.max_free_share > 0 and res.proven == res.configurations  # the free keys are real; all proven
+    _, diffs = forward(model, pairs, n)
+    ca, cb, carry, lo, hi = res.enclosures
+    assert np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))
+    row_of = {(tuple(x), tuple(y), int(c)): i for i, (x, y, c) in enumerate(zip(ca, cb, carry))}
+    for k, (a, b) in enumerate(pairs):
+        i = row_of[config_of(a, b, n, res.window)]
+        assert np.all(lo[i] - 1e-8 <= diffs[k, 0]) and np.all(diffs[k, 0] <= hi[i] + 1e-8), (a, b, lo[i], diffs[k, 0], hi[i])
+    plain = cli.certify(model, n, START, max_width=1, tail="interval", positions=[0])[0]
+    assert plain.proven == 0
 
 
 def test_construction_proven_exact_through_the_generic_path():
@@ -190,6 +230,7 @@ def two_layer_checkpoint(tmp_path):
     (["--checkpoint", "checkpoints/addition_coupled_1l2h", "--digits", "3", "--dtype", "float32"], "real"),
     (["--checkpoint", "no/such/dir", "--digits", "3"], "no such checkpoint"),
     (["--checkpoint", "checkpoints/addition_coupled_1l2h", "--digits", "x"], "expected a whole number in digits 0-9"),
+    (["--checkpoint", "checkpoints/addition_coupled_1l2h", "--digits", "3", "--tail", "box"], "invalid choice"),
 ])
 def test_cli_bad_input_is_one_line(argv, message, capsys):
     assert_one_line_error(cli.main, argv, cli.PROG, message, capsys)

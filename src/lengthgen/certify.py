@@ -48,14 +48,18 @@ def float_below(x: Fraction) -> float:
 
 
 def certify(model: torch.nn.Module, n: int, start: int, *, max_width: int = 2, margin: float = DECISION_MARGIN,
-            progress: bool = False, keep_enclosures: bool = False) -> list[PositionResult]:
+            progress: bool = False, keep_enclosures: bool = False, tail: str = "both",
+            positions: list[int] | None = None) -> list[PositionResult]:
     """Certificate results of every answer position r = 0 … N + 1 of N-digit coupled addition
-    (``keep_enclosures``: each also keeps its configurations' logit-difference enclosures)."""
+    (``keep_enclosures``: each also keeps its configurations' logit-difference enclosures;
+    ``tail``: "both" runs the affine tail on what the plain interval pass leaves unproven,
+    "interval" the plain pass only, "affine" the affine tail only; ``positions``: only these answer
+    positions, for tests and figures — the bound needs them all)."""
     w = OneLayer.from_model(model)
     lay = Layout(n, start, ADDITION.EOS, ADDITION.PLUS, ADDITION.EQUALS)
     cert = PositionCertifier(w, Tables.build(w), lay, max_width=max_width, margin=margin,
-                             keep_enclosures=keep_enclosures)
-    positions = range(n + 2)
+                             keep_enclosures=keep_enclosures, tail=tail)
+    positions = range(n + 2) if positions is None else positions
     if progress:
         from tqdm import tqdm
 
@@ -132,6 +136,9 @@ def parser() -> OneLineParser:
     p.add_argument("--samples", type=int, default=0, help="also report lengthgen.evaluate's sampled exact match")
     p.add_argument("--max-width", type=int, default=2, help="significances per local configuration window "
                    "(cost grows 55× per extra one)")
+    p.add_argument("--tail", default="both", choices=["both", "interval", "affine"],
+                   help="after attention: plain intervals, then affine forms on what they leave unproven (both, "
+                   "the default); or only one of the two")
     p.add_argument("--counterexamples", type=int, default=10, help="most counterexamples to print")
     p.add_argument("--json", action="store_true", help="print one JSON object (verdict, bound, counterexamples, ...)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
@@ -162,7 +169,7 @@ def _main(argv: list[str] | None) -> int:
         task_batches.check_digits("addition", "coupled", model.cfg.n_ctx, args.digits, str(args.checkpoint))
         start = task_batches.EVAL_STARTS["addition"]
         progress = sys.stderr.isatty() and not args.no_progress
-        results = certify(model, args.digits, start, max_width=args.max_width, progress=progress)
+        results = certify(model, args.digits, start, max_width=args.max_width, progress=progress, tail=args.tail)
         examples = find_counterexamples(model, args.digits, start, results, args.counterexamples)
         out = {"checkpoint": desc["name"], "start": start, "dtype": "real", **summarize(args.digits, results, examples)}
         if args.samples:

@@ -36,6 +36,8 @@ GRID_STEP = 2.0**-10
 GRID_EDGE = 8.0
 PHI_TAIL = 1e-15  # 1 − Φ(8) < φ(8)/8 ≈ 6.3e-16
 D2_BOUND = 0.2420  # max |Φ''(x)| = max |x φ(x)| = φ(1) ≈ 0.24197
+PDF_D2 = 0.4  # max |φ''(x)| = max |x² − 1|·φ(x) = φ(0) ≈ 0.39894
+PDF_TAIL = 1e-14  # φ(8) ≈ 5.05e-15
 GELU_LEFT, GELU_RIGHT = -0.7518, -0.7517  # bracket the minimiser x* ≈ −0.751791
 GELU_MIN = -0.16997121  # below GELU(x*) = −0.1699712074799…
 
@@ -162,12 +164,7 @@ def _point_cdf(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     operations: every rounding error (each at most 2^-53 of a value ≤ 1.01) is covered by the
     absolute slack 1e-15, and the error sum is rounded up by a factor 1 + 2^-40."""
     cdf, pdf = _phi_table()
-    v = np.asarray(v, dtype=np.float64)
-    inside = np.abs(v) < GRID_EDGE
-    idx = np.clip(np.floor((np.clip(v, -GRID_EDGE, GRID_EDGE) + GRID_EDGE) / GRID_STEP).astype(np.int64),
-                  0, len(cdf.lo) - 2)
-    g = idx * GRID_STEP - GRID_EDGE  # exact multiples of 2^-10
-    delta = np.where(inside, np.clip(v - g, 0.0, GRID_STEP), 0.0)
+    v, inside, idx, g, delta = _grid(v, len(cdf.lo))
     f_mid = 0.5 * (cdf.lo[idx] + cdf.hi[idx])
     p_mid = 0.5 * (pdf.lo[idx] + pdf.hi[idx])
     err = (cdf.hi[idx] - cdf.lo[idx]) + delta * (pdf.hi[idx] - pdf.lo[idx]) + 0.5 * D2_BOUND * delta * delta
@@ -175,6 +172,32 @@ def _point_cdf(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     val = f_mid + delta * p_mid
     lo = np.where(inside, np.maximum(val - err, 0.0), np.where(v > 0, 1.0 - PHI_TAIL, 0.0))
     hi = np.where(inside, np.minimum(val + err, 1.0), np.where(v > 0, 1.0, PHI_TAIL))
+    return lo, hi
+
+
+def _grid(v: np.ndarray, size: int) -> tuple[np.ndarray, ...]:
+    """For float points v: (v, |v| < 8, the grid index of g ≤ v, g (an exact multiple of 2^-10), and
+    δ = v − g ∈ [0, 2^-10] in floats: its rounding, < 2^-63, is covered by the callers' slack)."""
+    v = np.asarray(v, dtype=np.float64)
+    inside = np.abs(v) < GRID_EDGE
+    idx = np.clip(np.floor((np.clip(v, -GRID_EDGE, GRID_EDGE) + GRID_EDGE) / GRID_STEP).astype(np.int64), 0, size - 2)
+    g = idx * GRID_STEP - GRID_EDGE
+    delta = np.where(inside, np.clip(v - g, 0.0, GRID_STEP), 0.0)
+    return v, inside, idx, g, delta
+
+
+def point_pdf(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Lower and upper bounds of φ at float points: Taylor from the grid point g ≤ v,
+    φ(v) = φ(g) − δ·g·φ(g) + R with |R| ≤ PDF_D2·δ²/2 (|φ''| = |x² − 1|·φ(x) ≤ φ(0) < 0.4);
+    float rounding (values ≤ 0.41) is covered by the slack 1e-15; beyond ±8, 0 ≤ φ < 10^-14."""
+    cdf, pdf = _phi_table()
+    v, inside, idx, g, delta = _grid(v, len(pdf.lo))
+    p_mid = 0.5 * (pdf.lo[idx] + pdf.hi[idx])
+    err = 0.5 * (pdf.hi[idx] - pdf.lo[idx]) * (1 + np.abs(g) * delta) + 0.5 * PDF_D2 * delta * delta
+    err = (err + 1e-15) * (1 + 2.0**-40)
+    val = p_mid - delta * g * p_mid
+    lo = np.where(inside, np.maximum(val - err, 0.0), 0.0)
+    hi = np.where(inside, val + err, PDF_TAIL)
     return lo, hi
 
 

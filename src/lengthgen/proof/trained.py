@@ -20,8 +20,9 @@ exact: digits uniform (1/9 for the leading ones), P(carry into lo = 1) = (10^lo 
 ``W⁺/(Z⁻ + W⁺)`` (W⁺: the sum of e^{max score} over those keys, Z⁻: the fixed keys' weight) and its
 mean value lies in the box of all its possible values: ``out = o_fixed + λ·(o_free − o_fixed)``
 exactly, enclosed with λ ∈ [0, λ⁺]. The residual enclosure then goes through LN2, the MLP, the
-final LN and the unembedding; the configuration is proven when the target's logit beats every
-other by more than the margin in the enclosure.
+final LN and the unembedding, first in plain interval arithmetic, then, for what that leaves
+unproven, as an affine form (:mod:`lengthgen.proof.trained_affine`); the configuration is proven
+when the target's logit beats every other by more than the margin in the enclosure.
 """
 from __future__ import annotations
 
@@ -35,10 +36,13 @@ import numpy as np
 from . import interval as I
 from .interval import Iv
 from .layers import exp_enclosure, exp_upper, recip
+from .trained_affine import CHUNK as AFFINE_CHUNK
+from .trained_affine import affine_differences, free_values
 from .trained_tables import OneLayer, Tables
 from .weights import StructureError
 
 CHUNK = 2048  # configurations pushed through the layers at once
+TAILS = ("interval", "both", "affine")  # plain intervals only; affine on what they leave; affine only
 DIGITS = np.arange(10)
 
 
@@ -131,9 +135,11 @@ class PositionCertifier:
     """Certificate of the answer positions of one operand length (see the module docstring)."""
 
     def __init__(self, w: OneLayer, tables: Tables, lay: Layout, max_width: int = 2, margin: float = 1e-3,
-                 keep_enclosures: bool = False):
+                 keep_enclosures: bool = False, tail: str = "both"):
+        if tail not in TAILS:
+            raise ValueError(f"tail must be one of {', '.join(TAILS)}, not {tail!r}")
         self.w, self.t, self.lay, self.max_width, self.margin = w, tables, lay, max_width, margin
-        self.keep = keep_enclosures
+        self.keep, self.tail = keep_enclosures, tail
         self.V = w.W_E.shape[0]
 
     # -- keys -------------------------------------------------------------------------------------
@@ -197,7 +203,12 @@ class PositionCertifier:
                 out, lam = self._head(k, [(tok[sel], pid) for tok, pid in slots], tq)
                 resid = resid + out
                 share = max(share, float(lam.max(initial=0.0)))
-            diff = self._differences(self.w.tail(resid), target[sel])
+            if self.tail == "affine":  # the affine tail alone (tests): every row through it
+                diff = Iv(np.full((len(tq), self.V), -np.inf), np.full((len(tq), self.V), np.inf))
+            else:
+                diff = self._differences(self.w.tail(resid), target[sel])
+            if self.tail != "interval":
+                self._tighten(diff, np.arange(len(a))[sel], heads, slots, query_tok, target, qid)
             low = diff.lo.copy()
             low[np.arange(len(low)), target[sel]] = np.inf
             ok[sel] = low.min(axis=1) > self.margin
@@ -217,6 +228,23 @@ class PositionCertifier:
                               (a, b, carry, np.concatenate([k.lo for k in kept]), np.concatenate([k.hi for k in kept]))
                               if self.keep else None)
 
+    def _tighten(self, diff: Iv, index: np.ndarray, heads: list[dict], slots, query_tok: np.ndarray,
+                 target: np.ndarray, qid: int) -> None:
+        """Second pass on the rows of ``diff`` (configurations ``index``) that the plain pass leaves
+        unproven: intersect with the affine tail's enclosure (:mod:`lengthgen.proof.trained_affine`)."""
+        low = diff.lo.copy()
+        low[np.arange(len(low)), target[index]] = np.inf
+        todo = np.flatnonzero(~(low.min(axis=1) > self.margin))
+        for start in range(0, len(todo), AFFINE_CHUNK):
+            rows = todo[start:start + AFFINE_CHUNK]
+            g = index[rows]
+            tq = query_tok[g]
+            with np.errstate(invalid="ignore", over="ignore"):
+                sub = affine_differences(self, heads, [(tok[g], pid) for tok, pid in slots], tq,
+                                         self.t.resid[:, qid][tq], target[g])
+            diff.lo[rows] = np.fmax(diff.lo[rows], sub.lo)  # both enclose the same numbers; NaN: no news
+            diff.hi[rows] = np.fmin(diff.hi[rows], sub.hi)
+
     def _head_constants(self, s: Iv, h: int, slots, free) -> dict:
         """Per query token: a reference score (the largest possible fixed-key score) and the bound W⁺
         on the free keys' weight relative to it; the box of the free keys' head outputs; and, on the
@@ -228,7 +256,7 @@ class PositionCertifier:
         out = self.t.out[h]
         sub = Iv(s.lo[:, :, ids], s.hi[:, :, ids])
         e = exp_enclosure(sub - Iv.exact(ref[:, None, None]))  # [V, V, ids]
-        eo = Iv(e.lo[..., None], e.hi[..., None]) * Iv(out.lo[None][:, :, ids], out.hi[None][:, :, ids])
+        weighted = lambda table: Iv(e.lo[..., None], e.hi[..., None]) * table[:, ids][None]  # noqa: E731
         w_free = np.zeros(self.V)
         box = Iv(np.zeros(self.w.d_model), np.zeros(self.w.d_model))
         if free:
@@ -238,13 +266,17 @@ class PositionCertifier:
             w_free = I.up(terms.sum(axis=1) * I.up_sum_factor(len(free)))
             box = Iv(np.min([out.lo[toks, pid].min(axis=0) for toks, pid in free], axis=0),
                      np.max([out.hi[toks, pid].max(axis=0) for toks, pid in free], axis=0))
-        return {"w_free": w_free, "box": box, "index": {pid: i for i, pid in enumerate(ids)}, "e": e, "eo": eo}
+        affine = self.tail != "interval"  # the affine tail's value-space tables
+        return {"w_free": w_free, "box": box, "index": {pid: i for i, pid in enumerate(ids)}, "e": e,
+                "eo": weighted(out), "ev": weighted(self.t.value[h]) if affine else None,
+                "free_v": free_values(self.t.value[h], free, self.w.W_O[h]) if free and affine else None}
 
-    def _head(self, k: dict, slots, tq: np.ndarray) -> tuple[Iv, np.ndarray]:
-        """Enclosure of one head's output [C, d] and the bound λ⁺ [C] on the free keys' share."""
-        e, eo, index = k["e"], k["eo"], k["index"]
+    def fixed_mean(self, k: dict, slots, tq: np.ndarray, table: str = "eo") -> tuple[Iv, np.ndarray]:
+        """The fixed keys' softmax-weighted mean of ``out`` (``table`` "eo") or of the value vectors
+        ("ev") [C, ·], and the bound λ⁺ [C] on the free keys' share ``W⁺/(Z⁻ + W⁺)``."""
+        e, eo, index = k["e"], k[table], k["index"]
         z = Iv(np.zeros(len(tq)), np.zeros(len(tq)))
-        num = Iv(np.zeros((len(tq), self.w.d_model)), np.zeros((len(tq), self.w.d_model)))
+        num = Iv(np.zeros((len(tq), eo.shape[-1])), np.zeros((len(tq), eo.shape[-1])))
         for tok, pid in slots:
             i = index[pid]
             z = z + Iv(e.lo[tq, tok, i], e.hi[tq, tok, i])
@@ -252,12 +284,16 @@ class PositionCertifier:
         if np.any(z.lo <= 0):
             raise StructureError("attention scores of one query span more than e^745: the fixed keys' softmax "
                                  "weight underflows, which this certificate does not handle")
-        fixed = num * recip(z)[:, None]
         wf = k["w_free"][tq]
-        if not np.any(wf):
-            return fixed, np.zeros(len(tq))
         with np.errstate(divide="ignore", invalid="ignore"):
             lam = np.minimum(np.where(wf > 0, I.up(wf / I.down(z.lo + wf)), 0.0), 1.0)
+        return num * recip(z)[:, None], lam
+
+    def _head(self, k: dict, slots, tq: np.ndarray) -> tuple[Iv, np.ndarray]:
+        """Enclosure of one head's output [C, d] and the bound λ⁺ [C] on the free keys' share."""
+        fixed, lam = self.fixed_mean(k, slots, tq)
+        if not np.any(lam):
+            return fixed, lam
         box = k["box"]
         spread = Iv(box.lo - fixed.hi, box.hi - fixed.lo)
         spread = Iv(I.down(spread.lo), I.up(spread.hi))

@@ -104,12 +104,13 @@ class OneLayer:
 @dataclass
 class Tables:
     """Per head h, enclosures over every (token, ID): ``query[h]`` [V, n_ctx, d_head] (already times
-    the score scale), ``key[h]`` [V, n_ctx, d_head], ``out[h]`` [V, n_ctx, d_model] = value·W_O[h];
-    and the residual ``resid[V, n_ctx, d]`` = W_E[t] + W_pos[p]."""
+    the score scale), ``key[h]`` [V, n_ctx, d_head], ``value[h]`` [V, n_ctx, d_head], ``out[h]``
+    [V, n_ctx, d_model] = value·W_O[h]; and the residual ``resid[V, n_ctx, d]`` = W_E[t] + W_pos[p]."""
 
     resid: Iv
     query: list[Iv]
     key: list[Iv]
+    value: list[Iv]
     out: list[Iv]
 
     @classmethod
@@ -118,12 +119,14 @@ class Tables:
         resid = Iv.exact(w.W_E[:, None, :]) + Iv.exact(w.W_pos[None, :, :])
         flat = w.norm("ln1", Iv(resid.lo.reshape(-1, d), resid.hi.reshape(-1, d)))
         shape = lambda x: Iv(x.lo.reshape(V, P, -1), x.hi.reshape(V, P, -1))  # noqa: E731
-        query, key, out = [], [], []
+        query, key, value, out = [], [], [], []
         for h in range(w.n_heads):
             query.append(shape(I.affine(flat, w.W_Q[h], w.b_Q[h]) * w.scale))
             key.append(shape(I.affine(flat, w.W_K[h], w.b_K[h])))
-            out.append(shape(I.matmul(I.affine(flat, w.W_V[h], w.b_V[h]), w.W_O[h])))
-        return cls(resid, query, key, out)
+            v = I.affine(flat, w.W_V[h], w.b_V[h])
+            value.append(shape(v))
+            out.append(shape(I.matmul(v, w.W_O[h])))
+        return cls(resid, query, key, value, out)
 
     def scores(self, h: int, query_id: int) -> Iv:
         """Scores [query token, key token, key ID] of head h for queries at ``query_id``."""

@@ -1,0 +1,116 @@
+"""The second pass of the trained-model certificate: the residual after attention as an affine form.
+
+Per head h of a local configuration (docs/certificate.md, "Trained models"), the head output is
+exactly ``o_fixed + λ·(v_free − v_fixed)·W_O[h]``: v_fixed the fixed keys' softmax-weighted mean
+value, v_free the free keys' (a convex combination of the values a free key can carry, so
+``v_free = c_free + Σ_i τ_i·h_i·b_i``, |τ_i| ≤ 1, by :func:`free_values`), λ ∈ [0, λ⁺] their share.
+So ``s = v_free − v_fixed ∈ m ± R + Σ_i τ_i·h_i·b_i`` (m, R: centre and radius of
+``c_free − v_fixed``) and, with ``λ = (λ⁺/2)(1 + τ)``, τ ∈ [−1, 1],
+
+    λ·s·W_O = (λ⁺/2)·m·W_O + τ·(λ⁺/2)·m·W_O + Σ_i ε_i·λ⁺·h_i·b_i·W_O + β,   |ε_i| = |λτ_i/λ⁺| ≤ 1,
+    |β| ≤ λ⁺·R·|W_O|
+
+an affine form with 1 + (rank of the free values) generators per head, along the free values'
+principal axes in the span of W_O[h]: far tighter than the d_model-dimensional box of the plain
+pass. :func:`affine_differences` pushes it through LN2,
+the MLP, the final LN and the unembedding with :mod:`lengthgen.proof.affine`.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import affine as A
+from . import interval as I
+from .interval import Iv
+from .trained_tables import LN_EPS, OneLayer
+
+CHUNK = 64  # configurations per affine batch (the MLP's generators: CHUNK × k × d_mlp floats)
+# Rows left unproven without finishing the affine tail (time only, never soundness): a free keys' share
+# λ⁺ above SHARE_GIVE_UP, or an LN2 output wider than GIVE_UP (mean radius per coordinate). Measured on
+# the committed checkpoints (bench/bench_affine_widths.py): proofs came at λ⁺ ≤ 1.5% and LN2 radii
+# ≤ 0.02; at λ⁺ ≈ 4% the LN2 radius is 0.2-0.3 and nothing is proven.
+SHARE_GIVE_UP = 0.1
+GIVE_UP = 0.1
+
+
+def attention_form(cert, heads: list[dict], slots, tq: np.ndarray, resid: Iv) -> A.Affine:
+    """The residual after attention, ``resid + b_O + Σ_h head_h``, as an affine form [C, d]."""
+    w: OneLayer = cert.w
+    centre = resid + w.b_O
+    gens, box = [], np.zeros(resid.shape)
+    plain = centre
+    for h, k in enumerate(heads):
+        plain = plain + cert._head(k, slots, tq)[0]
+        fixed, lam = cert.fixed_mean(k, slots, tq, "eo")
+        centre = centre + fixed
+        if not np.any(lam):
+            continue
+        fixed_v, _ = cert.fixed_mean(k, slots, tq, "ev")
+        free = k["free_v"]
+        m, R = (free["centre"] - fixed_v).center_radius()  # s − Σ τ_i·h_i·b_i ∈ m ± R
+        g = I.matmul(Iv.exact(m), w.W_O[h]) * (Iv.exact(lam) * 0.5)[:, None]  # ∋ (λ⁺/2)·m·W_O
+        gm, gr = g.center_radius()
+        centre = centre + Iv.exact(gm)
+        rows = lam[:, None, None] * free["gens"][None]  # λ⁺·h_i·b_i·W_O[h], one rounding each
+        gens += [gm[:, None, :], rows]
+        box = I.up_add(box, I.up_mul(2.0, gr), A.add_error(rows, 1), I.up_mul(lam[:, None], free["gens_err"][None]),
+                       I.up_matmul_nonneg(I.up_mul(lam[:, None], R), np.abs(w.W_O[h])))
+    G = np.concatenate(gens, axis=1) if gens else np.zeros((len(tq), 0, resid.shape[-1]))
+    x = A.from_iv(centre, G, box)
+    x.hull = I.up(np.maximum(I.up(plain.hi - x.c), I.up(x.c - plain.lo)))  # the plain pass's box
+    return x
+
+
+def free_values(value: Iv, free: list[tuple[np.ndarray, int]], W_O: np.ndarray) -> dict:
+    """An enclosure of the convex hull of the free keys' value vectors v_k ([d_head], one per (token,
+    ID) in ``free``) aligned with their principal axes: ``v_k = centre + Σ_i τ_i·h_i·b_i`` with
+    |τ_i| ≤ 1 (b_i the right singular vectors of the centred points, h_i the half-ranges of their
+    coordinates; whatever the float basis misses lies in the box part of ``centre``), so every convex
+    combination v_free has the same form. Returns ``centre`` (Iv [d_head]), ``gens`` = h_i·b_i·W_O
+    [r, d] in floats and ``gens_err`` [d] ≥ Σ_i |exact − float|."""
+    pts = Iv(np.concatenate([value.lo[toks, pid] for toks, pid in free]),
+             np.concatenate([value.hi[toks, pid] for toks, pid in free]))
+    mid, _ = pts.center_radius()
+    mean = mid.mean(axis=0)
+    _, sv, Vt = np.linalg.svd(mid - mean, full_matrices=False)
+    B = Vt[sv > 1e-9 * sv.max()] if sv.max() > 0 else Vt[:0]
+    t = (mid - mean) @ B.T  # any floats: the exact remainder is enclosed below
+    tmin, tmax = t.min(axis=0), t.max(axis=0)
+    tc = tmin + 0.5 * (tmax - tmin)
+    h = I.up(np.maximum(I.up(tmax - tc), I.up(tc - tmin)))
+    e = pts - mean - I.matmul(t, B)  # v_k − mean − t_k·B
+    centre = Iv(e.lo.min(axis=0), e.hi.max(axis=0)) + mean + I.matmul(tc[None], B)[0]
+    hbw = I.matmul(Iv.exact(h[:, None]) * Iv.exact(B), W_O)
+    gm, gr = hbw.center_radius()
+    return {"centre": centre, "gens": gm, "gens_err": A.sum_up(gr, 0)}
+
+
+def tail_forms(w: OneLayer, x: A.Affine, y: A.Affine | None = None) -> list[tuple[str, A.Affine]]:
+    """The forms after LN2 (``y`` when already known), the MLP's hidden units and the MLP (residual
+    added), by name."""
+    y = A.apply_ln(x, w.ln2, LN_EPS) if y is None else y
+    if w.W_in is None:
+        return [("ln2", y), ("mlp", x)]
+    pre = A.linear(y, w.W_in, w.b_in)
+    hidden = A.activation(pre, w.act)
+    return [("ln2", y), ("hidden", hidden), ("mlp", A.add(x, A.linear_out(hidden, w.W_out, w.b_out)))]
+
+
+def affine_differences(cert, heads: list[dict], slots, tq: np.ndarray, resid: Iv, target: np.ndarray) -> Iv:
+    """Enclosure of logit[target] − logit[o] [C, V] through the affine tail."""
+    w: OneLayer = cert.w
+    out = Iv(np.full((len(tq), w.W_U.shape[1]), -np.inf), np.full((len(tq), w.W_U.shape[1]), np.inf))
+    share = np.max([cert.fixed_mean(k, slots, tq)[1] for k in heads], axis=0)
+    keep = np.flatnonzero(share <= SHARE_GIVE_UP)
+    if not len(keep):
+        return out
+    x = attention_form(cert, heads, [(tok[keep], pid) for tok, pid in slots], tq[keep], resid[keep])
+    y = A.apply_ln(x, w.ln2, LN_EPS)
+    near = np.mean(y.radius(), axis=1) <= GIVE_UP
+    keep = keep[near]
+    if len(keep):
+        x, y = x.rows(near), y.rows(near)
+        post = tail_forms(w, x, y)[-1][1]
+        d = A.differences(post, w.ln_final, LN_EPS, w.W_U, w.b_U, target[keep])
+        out.lo[keep], out.hi[keep] = d.lo, d.hi
+    return out
