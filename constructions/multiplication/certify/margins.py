@@ -111,12 +111,12 @@ def certify(model: Transformer, n: int, start: int = START_ID, cache: dict | Non
     """Certify in exact real arithmetic that ``model`` predicts every answer token of every N×2
     product with an ``n``-digit first operand. ``cache`` keeps the M-independent MLP tables between
     calls on models that differ only in W_Q, W_K (the smallest-M search)."""
-    W = Weights.from_model(model)
     if start + n + 2 >= model.cfg.n_ctx:
         raise ValueError(f"{n}-digit operands need position IDs up to {start + n + 2}; the model's table stops at "
                          f"{model.cfg.n_ctx - 1}")
     cache = {} if cache is None else cache
     try:
+        W = Weights.from_model(model)
         W.check_shape()
         return _certify(W, n, start, cache)
     except StructureError as err:

@@ -19,7 +19,7 @@ from ..model import Transformer
 from . import interval as I
 from .interval import Iv
 from .layers import affine_exact, gelu, layer_norm, recip, rsqrt
-from .weights import StructureError, to_float64
+from .weights import StructureError, require_finite, to_float64
 
 LN_EPS = 1e-5  # lengthgen.model.LayerNorm
 
@@ -69,10 +69,11 @@ class OneLayer:
             raise StructureError(f"attn_scale must be positive, got {cfg.attn_scale}")
         exact = Iv.exact(np.array([d_scale]))
         scale = rsqrt(exact) if cfg.attn_scale is None else recip(exact)
-        return cls(f(model.embed.W_E), f(model.pos_embed.W_pos), f(a.W_Q), f(a.b_Q), f(a.W_K), f(a.b_K),
-                   f(a.W_V), f(a.b_V), f(a.W_O), f(a.b_O), norm(blk.ln1), norm(blk.ln2), norm(model.ln_final),
-                   *(f(p) for p in (mlp.W_in, mlp.b_in, mlp.W_out, mlp.b_out)) if mlp is not None else (None,) * 4,
-                   cfg.act_fn, f(model.unembed.W_U), f(model.unembed.b_U), scale)
+        return require_finite(cls(
+            f(model.embed.W_E), f(model.pos_embed.W_pos), f(a.W_Q), f(a.b_Q), f(a.W_K), f(a.b_K),
+            f(a.W_V), f(a.b_V), f(a.W_O), f(a.b_O), norm(blk.ln1), norm(blk.ln2), norm(model.ln_final),
+            *(f(p) for p in (mlp.W_in, mlp.b_in, mlp.W_out, mlp.b_out)) if mlp is not None else (None,) * 4,
+            cfg.act_fn, f(model.unembed.W_U), f(model.unembed.b_U), scale))
 
     @property
     def n_heads(self) -> int:

@@ -9,7 +9,8 @@ covers raises :class:`StructureError`, which every certificate reports as a FAIL
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 import torch
@@ -42,6 +43,23 @@ def group_rows(rows: np.ndarray) -> np.ndarray:
     rank = np.empty(len(first), dtype=np.int64)
     rank[np.argsort(first, kind="stable")] = np.arange(len(first))
     return rank[inv.reshape(-1)]
+
+
+def require_finite(obj: Any) -> Any:
+    """``obj`` (a weights dataclass) when every array field is finite; :class:`StructureError`
+    naming the first parameter with a NaN or an infinity otherwise. The certificates reason about
+    real numbers: a NaN compares false with every bound (a NaN gap is neither below nor above a
+    margin), so such a model must FAIL before any bound is computed, never PASS by accident."""
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        arrays = list(value) if isinstance(value, (list, tuple)) else [value]
+        for part, arr in enumerate(arrays):
+            if isinstance(arr, np.ndarray) and arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
+                where = (f"{f.name}[layer {part + 1}]" if isinstance(value, list)
+                         else f"{f.name} ({('weight', 'bias')[part]})" if isinstance(value, tuple) else f.name)
+                raise StructureError(f"{where} has entries that are not finite (NaN or ±inf); "
+                                     "a certificate covers finite weights only")
+    return obj
 
 
 def _digest(obj, names: tuple[str, ...]) -> str:
@@ -94,9 +112,10 @@ class Weights:
         d = cfg.d_model
         ffn = (f(m.W_in), f(m.b_in), f(m.W_out), f(m.b_out)) if mlp else (np.zeros((d, 0)), np.zeros(0), np.zeros((0, d)),
                                                                         np.zeros(d))
-        return cls(f(model.embed.W_E), f(model.pos_embed.W_pos), f(a.W_Q), f(a.b_Q), f(a.W_K), f(a.b_K), f(a.W_V),
-                   f(a.b_V), f(a.W_O), f(a.b_O), *ffn, f(model.unembed.W_U),
-                   f(model.unembed.b_U), float(cfg.score_scale), cfg.dtype, list(labels), list(mlp_labels))
+        return require_finite(cls(
+            f(model.embed.W_E), f(model.pos_embed.W_pos), f(a.W_Q), f(a.b_Q), f(a.W_K), f(a.b_K), f(a.W_V),
+            f(a.b_V), f(a.W_O), f(a.b_O), *ffn, f(model.unembed.W_U),
+            f(model.unembed.b_U), float(cfg.score_scale), cfg.dtype, list(labels), list(mlp_labels)))
 
     def digest(self, *names: str) -> str:
         """SHA-1 of the named parameters (the certificates' cache keys)."""
@@ -137,11 +156,12 @@ class LayeredWeights:
                                  "with learned positions")
         get = lambda part, name: [to_float64(getattr(getattr(b, part), name)) for b in model.blocks]  # noqa: E731
         labels = model.annotations.residual or [f"r{i}" for i in range(cfg.d_model)]
-        return cls(to_float64(model.embed.W_E), to_float64(model.pos_embed.W_pos), get("attn", "W_Q"),
-                   get("attn", "b_Q"), get("attn", "W_K"), get("attn", "b_K"), get("attn", "W_V"), get("attn", "b_V"),
-                   get("attn", "W_O"), get("attn", "b_O"), get("mlp", "W_in"), get("mlp", "b_in"),
-                   get("mlp", "W_out"), get("mlp", "b_out"), to_float64(model.unembed.W_U),
-                   to_float64(model.unembed.b_U), float(cfg.score_scale), list(labels))
+        return require_finite(cls(
+            to_float64(model.embed.W_E), to_float64(model.pos_embed.W_pos), get("attn", "W_Q"),
+            get("attn", "b_Q"), get("attn", "W_K"), get("attn", "b_K"), get("attn", "W_V"), get("attn", "b_V"),
+            get("attn", "W_O"), get("attn", "b_O"), get("mlp", "W_in"), get("mlp", "b_in"),
+            get("mlp", "W_out"), get("mlp", "b_out"), to_float64(model.unembed.W_U),
+            to_float64(model.unembed.b_U), float(cfg.score_scale), list(labels)))
 
     @property
     def d_model(self) -> int:
