@@ -1,5 +1,5 @@
 """Width of the enclosures stage by stage: plain intervals against the affine tail (docs/certificate.md,
-"Trained models", "What stands in the way").
+"Trained models": the paragraph on what stands in the way).
 
     nice -n 10 python bench/bench_affine_widths.py --checkpoint addition_coupled_1l2h_packed --digits 5 --positions 2 3
 

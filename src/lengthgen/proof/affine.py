@@ -2,8 +2,8 @@
 
 An :class:`Affine` encloses a batch of sets of residual vectors as ``x = c + Σ_j ε_j·G_j + β`` with
 ``ε ∈ [−1, 1]^k`` shared by every coordinate (the generators keep the dependence between
-coordinates) and ``|β| ≤ b`` coordinatewise (docs/certificate.md, "Trained models", "The affine
-tail"). Sound in exact real arithmetic on the stored weights:
+coordinates) and ``|β| ≤ b`` coordinatewise (docs/certificate.md, "Trained models": the paragraph
+on the affine tail). Sound in exact real arithmetic on the stored weights:
 
 * a linear map ``x ↦ xW`` (W exact) maps generators exactly; float rounding of ``c@W`` and of every
   ``G_j@W`` is bounded by Higham's ``|fl(a@w) − a@w| ≤ γ_{n}|a|@|w| + n·2^-1074`` (section 3.1, any
