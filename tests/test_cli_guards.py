@@ -263,3 +263,13 @@ def test_the_turing_figure_refuses_an_input_its_compiled_program_cannot_hold(tmp
     assert_one_line_error(plot.main, ["--input", "9999999999999999+1", "--out", str(out)],
                           "python -m rasp.turing.plot", "", capsys)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_reference_of_another_task_says_to_pass_construction(tmp_path, capsys):
+    from lengthgen import plot
+
+    root = Path(__file__).resolve().parents[1]
+    assert_one_line_error(plot.main, ["attention", "--checkpoint", str(root / "checkpoints" / "multiplication_nx2_coupled_2l4h"),
+                                      "--out", str(tmp_path / "x.png")],
+                          "python -m lengthgen.plot", "pass --construction with a multiplication_nx2 reference", capsys)
+    assert not (tmp_path / "x.png").exists()

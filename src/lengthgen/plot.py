@@ -117,7 +117,9 @@ def attention_command(construction: str, checkpoint: str, n: int, samples: int, 
     trained, desc = load_for_eval(checkpoint, n)
     check_free(paths, force)
     if cons_desc["task"] != desc["task"]:
-        raise RunError(f"{checkpoint} is a {desc['task']} model, {construction} a {cons_desc['task']} model")
+        raise RunError(f"{checkpoint} is a {desc['task']} model, {construction} a {cons_desc['task']} model; "
+                       f"pass --construction with a {desc['task']} reference (a directory written by a "
+                       f"construction's export command, e.g. python -m constructions.multiplication export DIR)")
     if cons_desc["task"] != "addition" or cons.cfg.n_layers > 1:
         return layered_attention_command(cons, cons_desc, trained, desc, n, samples, paths, seed, log)
     head_names = tuple(cons.annotations.head_names or [f"head {h + 1}" for h in range(cons.cfg.n_heads)])
