@@ -22,6 +22,11 @@ def _stacked(path: str) -> property:
                     doc=f"``blocks[l].{path}`` stacked over layers (TL's name)")
 
 
+def _alias(path: str) -> property:
+    get = attrgetter(path)
+    return property(get, doc=f"``{path}`` (TL's name)")
+
+
 class LensMixin:
     """TL's weight views and the helpers ActivationCache calls (``logit_attrs``,
     ``get_full_resid_decomposition``, ``decompose_resid(apply_ln=True)``)."""
@@ -30,21 +35,7 @@ class LensMixin:
     b_Q, b_K, b_V, b_O = (_stacked(f"attn.{n}") for n in ("b_Q", "b_K", "b_V", "b_O"))
     W_in, b_in, W_out, b_out = (_stacked(f"mlp.{n}") for n in ("W_in", "b_in", "W_out", "b_out"))
 
-    @property
-    def W_E(self) -> torch.Tensor:
-        return self.embed.W_E
-
-    @property
-    def W_pos(self) -> torch.Tensor:
-        return self.pos_embed.W_pos
-
-    @property
-    def W_U(self) -> torch.Tensor:
-        return self.unembed.W_U
-
-    @property
-    def b_U(self) -> torch.Tensor:
-        return self.unembed.b_U
+    W_E, W_pos, W_U, b_U = (_alias(p) for p in ("embed.W_E", "pos_embed.W_pos", "unembed.W_U", "unembed.b_U"))
 
     def to_single_token(self, token: str) -> int:
         """The id of a token string, from ``annotations.vocab`` (models without one refuse)."""
