@@ -104,7 +104,7 @@ PROG = "python -m rasp.turing.plot"
 def main(argv: list[str] | None = None) -> int:
     def run() -> int:
         p = ArgumentParser(prog=PROG, description="Attention heads of the compiled Turing-Program simulator on one "
-                           "short trace, each panel titled with the RASP select it implements (docs/turing-programs.md).")
+                           "short trace, each panel titled with what the head does in program P (docs/turing-programs.md).")
         p.add_argument("--task", default="addition", choices=sorted(TASKS), help="library machine (default addition)")
         p.add_argument("--input", default="58+67", help="the machine's input (default 58+67)")
         p.add_argument("--out", nargs="+", type=Path, default=[Path("figures/turing_attention.png")],
