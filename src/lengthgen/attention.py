@@ -23,7 +23,8 @@ Paths
       lower-right causal bias (memory-efficient/flash kernels only, head dim zero-padded to a
       multiple of 8 — zero columns change neither scores nor outputs);
     * otherwise (float64 on CUDA, Hard-ALiBi windows, torch builds without the fused op):
-      ``chunked_attention``, an online-softmax (flash-attention style) loop in plain torch ops.
+      ``chunked_attention``, an online-softmax (flash-attention style) loop in plain torch ops
+      (on CUDA in blocks of 4096 queries × 32768 keys, so a 10^6-digit pass takes few Python steps).
 All paths agree with the dense path up to float rounding (tested in tests/test_attention.py).
 
 The CPU kernel is torch's private ``aten._scaled_dot_product_flash_attention_for_cpu`` (it
@@ -240,4 +241,6 @@ def long_attention(
         return _cpu_long_attention(q, k, v, scale, kernel)
     if window is None and q.device.type == "cuda" and q.dtype != torch.float64:
         return _cuda_long_attention(q, k, v, scale)
+    if q.device.type == "cuda":  # float64 (no fused kernel): big blocks, few Python steps; ~1 GiB of scores per head
+        return chunked_attention(q, k, v, scale, window, query_block=4096, key_block=32768)
     return chunked_attention(q, k, v, scale, window)

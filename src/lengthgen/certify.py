@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from . import task_batches
-from .cli import run_cli
+from .cli import run_cli, torch_device
 from .data import DataError
 from .decode import DECISION_MARGIN
 from .evaluate import evaluate, load_for_eval
@@ -142,6 +142,9 @@ def parser() -> OneLineParser:
     p.add_argument("--counterexamples", type=int, default=10, help="most counterexamples to print")
     p.add_argument("--json", action="store_true", help="print one JSON object (verdict, bound, counterexamples, ...)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    p.add_argument("--device", type=torch_device, default="cpu",
+                   help="where the forward passes run (counterexample checks, --samples); the bounds "
+                   "themselves are computed on the CPU in float64 interval arithmetic")
     p.add_argument("--no-progress", action="store_true",
                    help="no progress bar (none is drawn when stderr is not a terminal)")
     return p
@@ -162,7 +165,7 @@ def _main(argv: list[str] | None) -> int:
             raise DataError("--digits, --max-width and --threads must be at least 1; --samples and "
                             "--counterexamples at least 0")
         torch.set_num_threads(args.threads)
-        model, desc = load_for_eval(args.checkpoint, args.digits)
+        model, desc = load_for_eval(args.checkpoint, args.digits, device=args.device)
         if desc["task"] != "addition" or desc["positions"] != "coupled":
             raise DataError(f"{args.checkpoint}: the certificate covers addition with coupled positions, not "
                             f"{desc['task']} with {desc['positions']} positions")

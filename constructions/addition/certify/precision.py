@@ -70,19 +70,20 @@ def _batch(n: int) -> tuple[torch.Tensor, torch.Tensor, int, np.ndarray]:
 
 
 @torch.inference_mode()
-def exact_on_adversarial(n: int, d_model: int, dtype: str) -> list[bool]:
+def exact_on_adversarial(n: int, d_model: int, dtype: str, device: str = "cpu") -> list[bool]:
     """Per adversarial input: does the model predict every answer token (and the final EOS), each
-    by a margin (:func:`lengthgen.decode.decided_argmax`)?"""
-    model, _ = build_model(n_digits=n, d_model=d_model, dtype=dtype)
+    by a margin (:func:`lengthgen.decode.decided_argmax`)? ``device``: where the forward pass runs
+    (the boundary belongs to the pair format × kernel; bench/bench_gpu.py measures it on CUDA)."""
+    model, _ = build_model(n_digits=n, d_model=d_model, dtype=dtype, device=device)
     toks, pos, p, answer = _batch(n)
-    logits = model(toks[:, :-1], pos[:, :-1], logits_from=p - 1)
+    logits = model(toks[:, :-1].to(device), pos[:, :-1].to(device), logits_from=p - 1)
     return _decided_rows(logits, answer)
 
 
 def _decided_rows(logits: torch.Tensor, answer: np.ndarray) -> list[bool]:
     """Per row: every answer token is the decided argmax (beats the runner-up by more than
     lengthgen.decode.DECISION_MARGIN; a tie-breaking argmax does not count)."""
-    return [bool(row) for row in (decided_argmax(logits).numpy() == answer).all(1)]
+    return [bool(row) for row in (decided_argmax(logits).cpu().numpy() == answer).all(1)]
 
 
 @torch.inference_mode()

@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# The GPU runs behind bench/results/gpu/ (README, "GPU"), in two parts that run on one machine:
+#
+#   bash bench/gpu_session.sh timing      # alone on the GPU: long operands, attention vs SDPA, Turing program
+#   bash bench/gpu_session.sh throughput  # test suite, precision map, certificate, paper-recipe training
+#
+# Results go to gpu_results/ (and are copied to $OUT when set). Every step has its own time limit,
+# so one slow step cannot take the others' results with it.
+set -u
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src:$PWD" MPLBACKEND=Agg
+PY=${PY:-python3}
+DEV=${DEV:-cuda}          # DEV=cpu and the small sizes below check the script on a machine without a GPU
+ADD_DIGITS=${ADD_DIGITS:-100000 1000000}
+GREEDY_DIGITS=${GREEDY_DIGITS:-10000 100000}
+ATT_TOKENS=${ATT_TOKENS:-300015 3000015}
+TM_TOKENS=${TM_TOKENS:-10000 100000}
+PYTEST_SELECT=${PYTEST_SELECT:-}
+R=gpu_results
+mkdir -p "$R"
+log() { echo "[$(date +%T)] $*"; }
+
+setup() {
+    if ls .whl/*.whl >/dev/null 2>&1; then
+        $PY -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl \
+            && export PYTHONPATH="$PYTHONPATH:/tmp/site"
+    fi
+    # the package's entry points (the registered 'construction' checkpoint) need an install
+    $PY -m pip install -q --no-deps --no-build-isolation --no-index -e . >"$R/pip.log" 2>&1 || log "pip -e failed (see pip.log)"
+}
+
+timing() {
+    $PY bench/bench_gpu.py env --out "$R"; save timing
+    log addition; timeout 170 $PY bench/bench_gpu.py addition --out "$R" --device $DEV --timeout 45 --greedy-timeout 75 \
+        --digits $ADD_DIGITS --greedy-digits $GREEDY_DIGITS; save timing
+    log attention; timeout 60 $PY bench/bench_gpu.py attention --out "$R" --device $DEV --repeats 2 --tokens $ATT_TOKENS
+    save timing
+    log turing; timeout 90 $PY bench/bench_gpu.py turing --out "$R" --device $DEV --greedy-seconds 25 --tokens $TM_TOKENS
+    save timing
+}
+
+# ------------------------------------------------------------------ paper-recipe training
+# name|flags: the authors' shape (1 layer, 4 heads, d_model 512, FFN 2048, no 1/sqrt(d) scaling,
+# batch 1000, lr 1e-4, trained on 1-30 digits, position table for 200) reduced in steps only;
+# the same shape with packing and lr 1e-3; and the small packed recipe of docs/training.md.
+RUNS=(
+  "paper|--heads 4 --d-model 512 --d-mlp 2048 --attn-scale 1 --batch-size 1000 --lr 1e-4"
+  "paper_packed|--heads 4 --d-model 512 --d-mlp 2048 --attn-scale 1 --batch-size 500 --lr 1e-3 --pack 0.5"
+  "small_packed|--heads 2 --d-model 128 --attn-scale 1 --batch-size 256 --lr 1e-3 --pack 0.5"
+)
+COMMON="--layers 1 --train-digits 1-30 --max-digits 200 --device $DEV --threads 1 --no-progress"
+TRAIN_SECONDS=${TRAIN_SECONDS:-150}
+
+CALIB_STEPS=${CALIB_STEPS:-40}
+
+train_all() {
+    # a few steps of each run side by side give its seconds per step under the same sharing
+    for spec in "${RUNS[@]}"; do
+        name=${spec%%|*}; flags=${spec#*|}
+        TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 timeout 90 $PY -m lengthgen.train $COMMON $flags --steps $CALIB_STEPS \
+            --log-every $((CALIB_STEPS / 4)) --out "$R/calib_$name" --force >"$R/calib_$name.log" 2>&1 &
+    done
+    wait
+    for spec in "${RUNS[@]}"; do
+        name=${spec%%|*}; flags=${spec#*|}
+        steps=$($PY - "$R/calib_$name" "$TRAIN_SECONDS" <<'EOF'
+import glob, json, sys
+try:  # seconds per step between the first and the last log entry (the first includes the warm-up)
+    state = json.load(open(sorted(glob.glob(sys.argv[1] + "/checkpoints/step_*/state.json"))[-1]))
+    log = [e for e in state["log"] if "seconds" in e]
+    per_step = (log[-1]["seconds"] - log[0]["seconds"]) / (log[-1]["step"] - log[0]["step"])
+    print(max(200, int(float(sys.argv[2]) * 0.8 / per_step) // 100 * 100))
+except (IndexError, KeyError, ValueError, ZeroDivisionError):
+    print(1000)
+EOF
+)
+        log "train $name: $steps steps"
+        echo "$name $steps $COMMON $flags" >>"$R/train_plan.txt"
+        TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 timeout -s INT $((TRAIN_SECONDS + 30)) $PY -m lengthgen.train $COMMON $flags \
+            --steps "$steps" --seed 0 --checkpoint-every 100000 --out "$R/$name" --force >"$R/train_$name.log" 2>&1 &
+    done
+}
+
+evaluate_all() {
+    for spec in "${RUNS[@]}"; do
+        name=${spec%%|*}
+        (for n in 30 50 100 200; do
+            timeout 30 $PY -m lengthgen.evaluate --checkpoint "$R/$name" --digits $n --samples 1000 --device $DEV \
+                --no-progress --json --out "$R/eval_${name}_$n.json" --force >/dev/null 2>>"$R/eval_$name.log"
+        done) &
+    done
+    wait
+}
+
+throughput() {
+    log "training (side by side)"; train_all; save throughput
+    log "certify"; timeout 170 $PY bench/bench_gpu.py certify --out "$R" --devices cpu $DEV --digits 2 3 --samples 1000 >"$R/certify.log" 2>&1 &
+    log "pytest (whole suite, gpu tests included)"
+    timeout 170 $PY -m pytest -n 9 -q -p no:cacheprovider $PYTEST_SELECT --junitxml="$R/pytest.xml" >"$R/pytest.log" 2>&1
+    tail -n 15 "$R/pytest.log"; save throughput
+    log "precision (TF32 off)"; timeout 75 $PY bench/bench_gpu.py precision --out "$R" --device $DEV --tf32 off >"$R/precision_off.log" 2>&1
+    log "precision (TF32 on, float32)"; timeout 30 $PY bench/bench_gpu.py precision --out "$R" --device $DEV --tf32 on --dtypes float32 \
+        >"$R/precision_on.log" 2>&1
+    save throughput
+    log "waiting for training"; wait
+    for spec in "${RUNS[@]}"; do  # the weights travel apart (one file each); the rest with the results
+        name=${spec%%|*}
+        [ -n "${OUT:-}" ] && [ -d "$R/$name" ] || continue
+        what="$R/$name/model.safetensors"; [ -f "$what" ] || what=$(ls -d "$R/$name"/checkpoints/step_* | tail -n 1)
+        tar czf "$OUT/weights_$name.tgz" --exclude optimizer.safetensors "$what"
+    done
+    save throughput
+    log evaluate; evaluate_all
+    save throughput
+    log done
+}
+
+# results so far to $OUT (a killed call still returns them); weights are left out here
+save() {
+    [ -n "${OUT:-}" ] || return 0
+    tar czf "$OUT/results_$1.tgz" --exclude '*.safetensors' "$R" 2>/dev/null
+}
+
+setup
+case "${1:-}" in
+    timing) timing ;;
+    throughput) throughput ;;
+    *) echo "usage: bash bench/gpu_session.sh timing|throughput"; exit 2 ;;
+esac
