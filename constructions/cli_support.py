@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Mapping
 
 import numpy as np
 
@@ -104,12 +105,34 @@ def random_operand(rng: np.random.Generator, n: int) -> np.ndarray:
     return digits
 
 
-def resolve_device(name: str) -> str:
+TF32_OVERRIDE = "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"
+
+
+def resolve_device(name: str, dtype: str | None = None) -> str:
+    """``auto`` → cuda where available, else cpu. On CUDA in float32, TF32 matrix products are switched
+    off: the constructions are exact (and certified) in IEEE float32, and measured with TF32 on an
+    H100 the addition model at d = 41 is already wrong at 2 digits (bench/results/gpu/)."""
     import torch
 
     if name == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda: CUDA is not available on this machine (use --device cpu or auto)")
-    return ("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name
+    if device == "cuda" and dtype == "float32":
+        problem = tf32_problem(os.environ)
+        if problem:
+            raise UsageError(problem)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    return device
+
+
+def tf32_problem(environ: Mapping[str, str]) -> str | None:
+    """Why float32 on CUDA would not be IEEE float32 here (the environment forces TF32), or None."""
+    value = environ.get(TF32_OVERRIDE, "")
+    if value not in ("", "0"):
+        return (f"{TF32_OVERRIDE}={value} makes CUDA's float32 matrix products TF32 (10-bit mantissa), and the "
+                "model is exact only in IEEE float32: unset it, or use --dtype float64")
+    return None
 
 
 @contextmanager

@@ -33,3 +33,6 @@ fi
 "$PY" -m lengthgen.plot attention --construction "$work/multiplication" \
     --checkpoint checkpoints/multiplication_nx2_coupled_2l4h --digits 5 --samples 1 \
     --out figures/attention_multiplication_trained.png --force --no-progress --threads 1
+#  8. the model trained on 1-30 digits (one GPU, docs/training.md) beside the construction on 40-digit additions.
+"$PY" -m lengthgen.plot attention --checkpoint checkpoints/addition_coupled_1l2h_packed_200 --digits 40 --samples 100 \
+    --out figures/attention_addition_200.png --force --no-progress --threads 1

@@ -223,3 +223,14 @@ def test_length_figure_keeps_every_model_visible_and_distinct(runs, tmp_path, mo
     blues = [c for c, _, _ in styles if 0.5 < colorsys.rgb_to_hsv(*to_rgb(c))[0] < 0.7
              and colorsys.rgb_to_hsv(*to_rgb(c))[1] > 0.3]
     assert blues == ["#0072B2"], blues
+
+
+def test_long_probes_get_every_kth_digit_label_and_every_marker():
+    from lengthgen.plot_attention import readable_ticks, role_labels
+
+    short = role_labels(6)
+    assert readable_ticks(short) == (list(range(len(short))), short)
+    labels = role_labels(40)  # 123 tokens
+    keep, shown = readable_ticks(labels)
+    assert len(shown) <= 48 and shown == [labels[i] for i in keep]
+    assert {"BOS", "+", "="} <= set(shown) and keep == sorted(keep)

@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> dict:
     if args.dtype not in DTYPES:
         raise UsageError(f"unknown --dtype {args.dtype!r}; choose one of {', '.join(DTYPES)}")
     a, b = operands_from(args, random_b=random_operand)
-    device = resolve_device(args.device)
+    device = resolve_device(args.device, args.dtype)
     n = max(len(a), len(b))
     model, meta = build_model(n_digits=n, d_model=args.d_model, dtype=args.dtype, device=device)
     if device == "cuda":

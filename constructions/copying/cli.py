@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> dict:
     apply_threads(args.threads)
     x = input_digits(args)
     x_text = "".join(map(str, x.tolist()))
-    device = resolve_device(args.device)
+    device = resolve_device(args.device, args.dtype)
     model, meta = build_model(args.task, n_digits=len(x), d_model=args.d_model, dtype=args.dtype, device=device)
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()

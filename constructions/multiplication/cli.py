@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> dict:
 
     apply_threads(args.threads)
     a, b = operands(args)
-    device = resolve_device(args.device)
+    device = resolve_device(args.device, args.dtype)
     model, meta = build_model(n_digits=len(a), d_model=args.d_model, dtype=args.dtype, device=device)
     inst = instance(a, b)
     expected = inst.answer_tokens

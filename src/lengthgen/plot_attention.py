@@ -66,6 +66,16 @@ def role_labels(n: int) -> list[str]:
     return ["BOS", *a, "+", *b, "=", *c]
 
 
+def readable_ticks(labels: list[str], most: int = 48) -> tuple[list[int], list[str]]:
+    """Tick positions and labels: every token up to ``most`` tokens; beyond, every k-th one plus the
+    tokens that are not digits (BOS, +, =), so long probes stay legible."""
+    if len(labels) <= most:
+        return list(range(len(labels))), labels
+    step = -(-len(labels) // (most // 2))
+    keep = [i for i, t in enumerate(labels) if i % step == 0 or not t.startswith("$")]
+    return keep, [labels[i] for i in keep]
+
+
 def heatmap(ax, att: np.ndarray, xlabels: list[str], ylabels: list[str], title: str, annotate: bool, fontsize: float):
     """One attention map in the style of every attention figure here: rows are queries, columns keys,
     one 0–1 colour scale, weights below ``MASK_BELOW`` in black, the weights ≥ 0.1 written in the cells
@@ -75,8 +85,8 @@ def heatmap(ax, att: np.ndarray, xlabels: list[str], ylabels: list[str], title: 
     cmap = plt.get_cmap(CMAP).with_extremes(bad="black")
     masked = np.ma.masked_less(att, MASK_BELOW)
     im = ax.imshow(masked, cmap=cmap, vmin=0.0, vmax=1.0, interpolation="nearest", aspect="equal")
-    ax.set_xticks(range(len(xlabels)), xlabels, fontsize=fontsize)
-    ax.set_yticks(range(len(ylabels)), ylabels, fontsize=fontsize)
+    ax.set_xticks(*readable_ticks(xlabels), fontsize=fontsize)
+    ax.set_yticks(*readable_ticks(ylabels), fontsize=fontsize)
     ax.tick_params(length=2, pad=1.5)
     ax.set_title(title, fontsize=fontsize + 2.5, pad=5)
     if annotate:
