@@ -95,8 +95,8 @@ throughput() {
     log "training (side by side)"; train_all; save throughput
     log "certify"; timeout 170 $PY bench/bench_gpu.py certify --out "$R" --devices cpu $DEV --digits 2 3 --samples 1000 >"$R/certify.log" 2>&1 &
     log "pytest (whole suite, gpu tests included)"
-    timeout 170 $PY -m pytest -n 9 -q -p no:cacheprovider $PYTEST_SELECT --junitxml="$R/pytest.xml" >"$R/pytest.log" 2>&1
-    tail -n 15 "$R/pytest.log"; save throughput
+    timeout 170 $PY -m pytest -n 9 -v -p no:cacheprovider $PYTEST_SELECT --junitxml="$R/pytest.xml" >"$R/pytest.log" 2>&1
+    grep -E "FAILED|ERROR" "$R/pytest.log" | head -n 20; tail -n 3 "$R/pytest.log"; save throughput  # -v: names survive a timeout
     log "precision (TF32 off)"; timeout 75 $PY bench/bench_gpu.py precision --out "$R" --device $DEV --tf32 off >"$R/precision_off.log" 2>&1
     log "precision (TF32 on, float32)"; timeout 30 $PY bench/bench_gpu.py precision --out "$R" --device $DEV --tf32 on --dtypes float32 \
         >"$R/precision_on.log" 2>&1
