@@ -241,7 +241,7 @@ def test_resume_through_the_cli_with_default_flags_is_bit_for_bit(tmp_path, caps
     """No --threads anywhere: the run stores its thread count and --resume, in a fresh process,
     restores it. --stop-after is a normal stop (exit 0); a flag contradicting the run is refused."""
     flags = ["--d-model", "32", "--d-mlp", "64", "--batch-size", "32", "--train-digits", "1-3", "--max-digits", "6",
-             "--steps", "10", "--no-progress"]
+             "--steps", "10", "--no-progress", "--device", "cpu"]  # CPU even where CUDA is the default
     monkeypatch.chdir(tmp_path)
     assert main([*flags, "--out", "straight"]) == 0  # the reference, uninterrupted (2 threads: the default)
     first = cli(*flags, "--stop-after", "4", "--out", "split", cwd=tmp_path)

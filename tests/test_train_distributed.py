@@ -18,7 +18,8 @@ from lengthgen.train import main
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--d-model", "32", "--d-mlp", "64", "--batch-size", "32", "--train-digits", "1-3", "--max-digits", "6",
-        "--no-progress", "--threads", "1", "--steps", "12", "--log-every", "1", "--lr", "3e-3"]
+        "--no-progress", "--threads", "1", "--steps", "12", "--log-every", "1", "--lr", "3e-3",
+        "--device", "cpu"]  # the gloo path; on a CUDA machine the default would be one GPU per process
 
 
 def torchrun(*args: str) -> subprocess.CompletedProcess:
