@@ -3,6 +3,7 @@
 #
 #   bash bench/gpu_session.sh timing      # alone on the GPU: long operands, attention vs SDPA, Turing program
 #   bash bench/gpu_session.sh throughput  # test suite, precision map, certificate, paper-recipe training
+#   bash bench/gpu_session.sh leftovers   # what the first session's time limits cut (see the function)
 #
 # Results go to gpu_results/ (and are copied to $OUT when set). Every step has its own time limit,
 # so one slow step cannot take the others' results with it.
@@ -36,6 +37,18 @@ timing() {
     save timing
     log turing; timeout 90 $PY bench/bench_gpu.py turing --out "$R" --device $DEV --greedy-seconds 25 --tokens $TM_TOKENS
     save timing
+}
+
+# what the first session's limits cut: the suite alone (names kept), 10^6 digits in both formats, 10^5
+# greedy steps, the 10^5-token Turing trace, the 3-digit certificate on CUDA (about 9 minutes in all)
+leftovers() {
+    $PY bench/bench_gpu.py env --out "$R"; save leftovers
+    log pytest; timeout 150 $PY -m pytest -n 14 -v -p no:cacheprovider $PYTEST_SELECT >"$R/pytest.log" 2>&1
+    grep -E "FAILED|ERROR" "$R/pytest.log" | head -n 20; tail -n 3 "$R/pytest.log"; save leftovers
+    log addition; timeout 420 $PY bench/bench_gpu.py addition --out "$R" --device $DEV --timeout 150 --greedy-timeout 250 \
+        --digits 1000000 --greedy-digits 100000; save leftovers
+    log turing; timeout 100 $PY bench/bench_gpu.py turing --out "$R" --device $DEV --greedy-seconds 30 --tokens 100000
+    save leftovers
 }
 
 # ------------------------------------------------------------------ paper-recipe training
@@ -124,5 +137,6 @@ setup
 case "${1:-}" in
     timing) timing ;;
     throughput) throughput ;;
-    *) echo "usage: bash bench/gpu_session.sh timing|throughput"; exit 2 ;;
+    leftovers) leftovers ;;
+    *) echo "usage: bash bench/gpu_session.sh timing|throughput|leftovers"; exit 2 ;;
 esac
