@@ -246,7 +246,7 @@ def report(name: str, part: Part, mutants: list[Mutant], seconds: float) -> str:
            "Tests: " + " ".join(f"`{t}`" for t in part.tests), "", summary, ""]
     rechecks = ROOT / "mutants" / f"{name}.recheck"
     if rechecks.exists():  # --recheck: survivors run again against newer tests, counted as killed above
-        out += ["Killed after the run (`--recheck`, each survivor against the tests named):", ""]
+        out += ["Killed after the run (`--recheck`, each survivor or mutant without tests against the tests named):", ""]
         out += [f"- {line}" for line in rechecks.read_text().splitlines()] + [""]
     out += [f"## Open ({len(open_)}): a test should kill these, or they go to equivalent.txt with a reason", ""]
     for m in open_:
@@ -321,7 +321,7 @@ def recheck(name: str, tests: list[str]) -> None:
         meta.write_text(json.dumps(data, indent=4))
     os.chdir(ROOT)
     log = ROOT / "mutants" / f"{name}.recheck"
-    log.write_text((log.read_text() if log.exists() else "") + f"{' '.join(tests)}: {checked} survivors, {len(killed)} killed\n")
+    log.write_text((log.read_text() if log.exists() else "") + f"{' '.join(tests)}: {checked} not killed before, {len(killed)} killed\n")
 
 
 def main() -> None:

@@ -52,7 +52,7 @@ def _model() -> Weights:
     W_out[0, 0], W_out[0, 1], W_out[0, 4], W_out[0, 5], W_out[1, 1], W_out[2, 1] = 1.0, 0.5, 2.0**-4, 2.0**-5, 1.0, 1.0
     b_out = np.array([0, 1.0, 0, 0, 0, 0])
     W_U = z((6, 2))
-    W_U[0, 0], W_U[3, 0], W_U[5, 0], W_U[1, 1] = 4.0, 1.0, 2.0, 0.5
+    W_U[0, 0], W_U[1, 0], W_U[2, 0], W_U[3, 0], W_U[4, 0], W_U[5, 0], W_U[1, 1] = 4.0, 8.0, 1.0, 1.0, 1.0, 2.0, 0.5
     b_U = np.array([1.0, 0.0])
     return Weights(W_E, W_pos, W_Q, b_Q, W_K, b_K, W_V, b_V, W_O, b_O, W_in, b_in, W_out, b_out, W_U, b_U,
                    0.75, "float32", [f"r{i}" for i in range(6)], [f"u{i}" for i in range(3)])
