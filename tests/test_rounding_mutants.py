@@ -186,3 +186,21 @@ def test_real_arithmetic_has_no_float_term() -> None:
     for arr, n in ((ft.resid_error, 5), (ft.tail_base, 5), (ft.pre_error, 3)):
         assert isinstance(arr, np.ndarray) and arr.shape == (n,) and not arr.any()
     assert not ft.tail(np.array([0.5, 1.0])).any()
+
+
+def test_a_long_float32_sum_reaches_gamma_n_within_two_percent() -> None:
+    """(F1) is attained: 1 followed by 63 terms just under half an ulp of 1 (2^-24·(1 − 2^-10)), added
+    one by one in float32 (one of the orders the bound covers), loses each of them: an error of
+    63·2^-24·(1 − 2^-10), at least 98% of the bound γ_64·Σ|terms| and never more."""
+    from lengthgen.proof.rounding import project_bounds
+
+    t = np.float32(U32 * (1 - 2.0**-10))
+    x = np.array([1.0] + [float(t)] * 63)
+    s = np.float32(1.0)
+    for v in x[1:]:
+        s = np.float32(s + np.float32(v))  # float32 arithmetic, left to right
+    measured = sum((F(v) for v in x), F(0)) - F(float(s))
+    assert F(float(s)) == 1 and measured == 63 * F(float(t))
+    p = project_bounds(x, np.zeros(64), np.zeros(64, dtype=bool), np.ones((64, 1)), np.zeros(1), U32)
+    bound = F(float(p.err[0]))
+    assert measured <= bound and measured >= F(98, 100) * bound
