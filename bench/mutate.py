@@ -90,7 +90,8 @@ PARTS = {
         ("src/lengthgen/proof/attention.py", "src/lengthgen/proof/keys.py"),
         PROOF_TESTS,
     ),
-    "rounding": Part(("src/lengthgen/proof/rounding.py",), ("tests/test_rounding_mutants.py", *PROOF_TESTS)),
+    "rounding": Part(("src/lengthgen/proof/rounding.py",),
+                     ("tests/test_rounding_mutants.py", "tests/test_rounding_terms.py", *PROOF_TESTS)),
     "addition": Part(
         ("constructions/addition/certify/margins.py", "constructions/addition/certify/ffn.py"),
         ("tests/test_certify_margins.py",),
@@ -245,7 +246,7 @@ def report(name: str, part: Part, mutants: list[Mutant], seconds: float) -> str:
            "Tests: " + " ".join(f"`{t}`" for t in part.tests), "", summary, ""]
     rechecks = ROOT / "mutants" / f"{name}.recheck"
     if rechecks.exists():  # --recheck: survivors run again against newer tests, counted as killed above
-        out += ["Killed after the run (`--recheck`, each survivor against the tests named):", ""]
+        out += ["Killed after the run (`--recheck`, each survivor or mutant without tests against the tests named):", ""]
         out += [f"- {line}" for line in rechecks.read_text().splitlines()] + [""]
     out += [f"## Open ({len(open_)}): a test should kill these, or they go to equivalent.txt with a reason", ""]
     for m in open_:
@@ -288,10 +289,12 @@ def recheck(name: str, tests: list[str]) -> None:
     """After a run: each survivor of part ``name`` against ``tests`` (tests written for the survivors),
     one pytest session per mutant in this process, mutmut's trampoline choosing the mutant by
     ``MUTANT_UNDER_TEST``. A mutant that fails them is recorded as killed in mutants/ (the tests
-    must keep no state between sessions, e.g. no cache of a certificate's result)."""
+    must keep no state between sessions, e.g. no cache of a certificate's result). Mutants that had
+    no tests (no selected test called their function) are run too: the new tests may call it."""
     import json
 
     import pytest
+    from mutmut.stats import status_by_exit_code
 
     metas = [p for f in PARTS[name].files for p in (ROOT / "mutants").glob(f + ".meta")]
     if not (ROOT / "mutants" / f"{name}.seconds").exists() or not metas:
@@ -310,7 +313,7 @@ def recheck(name: str, tests: list[str]) -> None:
     for meta in metas:
         data = json.loads(meta.read_text())
         for key, code in data["exit_code_by_key"].items():
-            if code == 0:  # survived
+            if status_by_exit_code[code] in ("survived", "no tests"):
                 checked += 1
                 if session(key) != 0:
                     data["exit_code_by_key"][key] = 1
@@ -318,7 +321,7 @@ def recheck(name: str, tests: list[str]) -> None:
         meta.write_text(json.dumps(data, indent=4))
     os.chdir(ROOT)
     log = ROOT / "mutants" / f"{name}.recheck"
-    log.write_text((log.read_text() if log.exists() else "") + f"{' '.join(tests)}: {checked} survivors, {len(killed)} killed\n")
+    log.write_text((log.read_text() if log.exists() else "") + f"{' '.join(tests)}: {checked} not killed before, {len(killed)} killed\n")
 
 
 def main() -> None:

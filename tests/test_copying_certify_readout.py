@@ -101,6 +101,32 @@ def d_model_with_spare() -> int:
     return build_model("copy", n_digits=N)[0].cfg.d_model + 1
 
 
+def test_a_readout_enclosure_that_overflows_to_nan_fails() -> None:
+    """Finite weights whose products overflow float64: the spare coordinate holds 4 for every token
+    and W_U reads it as 10^308 for every token, 1.1·10^308 for '5'. In real arithmetic every logit
+    gains 4·W_U[spare] (nothing else writes or reads it), so '5' beats every other token by
+    4·10^307 minus the built model's gap and is predicted everywhere: wrong. The enclosures of
+    W_E·W_U have centre +inf and radius +inf, so their lower ends are inf − inf = NaN, and every
+    gap's lower end is NaN; a NaN must count as "not proven", never as a margin (real arithmetic
+    PASSed this model when NaN end points were compared as they are)."""
+    model = _model(d_model=d_model_with_spare())
+    lab, _ = _labels(model)
+    spare = lab.index("UNUSED[0]")
+    gaps = _gaps(model, np.full(N, 7))  # the built model: right token first by a finite gap
+    a = model.blocks[0].attn
+    assert not model.pos_embed.W_pos[:, spare].any() and not a.W_O[..., spare].any() and not a.W_Q[:, spare].any() \
+        and not a.W_K[:, spare].any() and not a.W_V[:, spare].any()
+    with torch.no_grad():
+        model.embed.W_E[:, spare] = 4.0
+        model.unembed.W_U[spare] = 1e308
+        model.unembed.W_U[spare, FIVE] = 1.1e308
+    offset = 4 * (Fraction(1.1e308) - Fraction(1e308))  # exact: what '5' gains over every other token
+    assert all(Fraction(float(gaps[i, FIVE])) < offset for i in range(N + 1))  # so '5' wins everywhere
+    with np.errstate(over="ignore", invalid="ignore"):  # the overflows are the point
+        cert = certify(model, "copy", N, "real")
+    assert not cert.passed and cert.reason == "hardmax" and "not proven to beat" in cert.message, cert.message
+
+
 def test_a_pair_that_no_deviation_can_move_needs_nothing() -> None:
     """W_U['='] = W_U['$'] except 0.5 less on ONE, which the head never writes: logit('$') −
     logit('=') is 0.5 at every position for every attention (forward pass, also at M = 1), so the
