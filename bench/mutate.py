@@ -68,6 +68,24 @@ PROOF_TESTS = (
         "float_terms_contain_the_float32_movement[built]", "a_narrow_readout_margin_carries_every_float_term"))
 )
 
+# The tests of part `addition` (the Theorem 5.1 certificate), cheap and sharp first: PASS at one
+# digit, FAIL for each reason on a broken model, the bounds against the rounding emulation (within
+# 10x of it: a bound made smaller or larger dies) and against the float64 forward pass (built
+# float32 model, the narrow readout margin, the float32 movement, the tilted real-arithmetic model),
+# about 17 s in all under load. Left out: the 20000-digit case, the bfloat16 and float64 repeats and
+# the smallest-M searches (4-7 s each), which would make each surviving mutant cost twice as much.
+ADDITION_TESTS = (
+    tuple(f"tests/test_certify_margins.py::test_{t}" for t in (
+        "passes_for_the_built_model[1-21-float32]", "fails_hardmax_when_the_output_scale_is_perturbed",
+        "fails_when_a_position_code_is_perturbed", "layout_matches_the_task_format",
+        "an_overflowing_float_term_fails_instead_of_passing", "bounds_dominate_emulated_activations[2.5-float32-True]",
+        "fails_with_leak_when_M_is_too_small[real]", "fails_spread_when_the_sink_key_is_perturbed"))
+    + tuple(f"tests/test_certify_bounds_measured.py::test_{t}" for t in (
+        "printed_bounds_contain_the_float64_measurement[float32-built]",
+        "a_narrow_readout_margin_carries_every_float_term", "float_terms_contain_the_float32_movement[built]",
+        "a_tilted_model_keeps_every_printed_bound_and_margin"))
+)
+
 PARTS = {
     "interval": Part(
         ("src/lengthgen/proof/interval.py",),
@@ -93,7 +111,7 @@ PARTS = {
     "rounding": Part(("src/lengthgen/proof/rounding.py",), ("tests/test_rounding_mutants.py", *PROOF_TESTS)),
     "addition": Part(
         ("constructions/addition/certify/margins.py", "constructions/addition/certify/ffn.py"),
-        ("tests/test_certify_margins.py",),
+        ADDITION_TESTS,
     ),
     "multiplication": Part(
         (
