@@ -1,0 +1,190 @@
+"""Tests that kill the mutants of the Theorem 5.1 addition certificate
+(constructions/addition/certify/margins.py and ffn.py) that its other tests let survive
+(docs/certificate.md, "Mutation testing"). Each expectation comes from outside the certificate:
+a float64 forward pass of the model (tests/forward_oracle.py) that finds a wrong answer, the
+classes and local configurations of the construction worked out by hand (docs/theorem-5-1.md),
+or P = ⌊(d − 17)/2⌋."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from constructions.addition import START_ID, build_model
+from constructions.addition.certify.margins import certify
+from lengthgen.model import Transformer
+from lengthgen.tasks import ADDITION
+from forward_oracle import forward64, hardmax64
+
+N = 3
+# carry chains, all 9s, and the inputs where the M = 2.8 model below answers wrong
+PAIRS = [("999", "001"), ("999", "999"), ("000", "897"), ("007", "884"), ("555", "445"), ("090", "910")]
+
+
+def _model(M: float | None = None, n: int = N) -> Transformer:
+    return build_model(n_digits=n, dtype="float64", M=M)[0]
+
+
+def _passes(model: Transformer, a: str, b: str) -> tuple[dict, dict, np.ndarray, np.ndarray]:
+    """The float64 pass, the hard-max pass on the attended sets measured from it (``$`` and the
+    keys within 1 of the row's top score), the answer rows and their targets (the digits of the
+    Python integer a + b, then ``$``)."""
+    inst = ADDITION.instance(a, b, start=START_ID)
+    tok, pos = inst.tokens[:-1], inst.pos_ids[:-1]
+    f = forward64(model, tok, pos)
+    H, T = f["scores"].shape[:2]
+    S = [[[0] + [j for j in range(1, t + 1) if f["scores"][h, t, j] >= f["scores"][h, t, : t + 1].max() - 1]
+          for t in range(T)] for h in range(H)]
+    q = np.arange(inst.prompt_len - 1, T)
+    want = np.array([ADDITION.vocabulary[ch] for ch in str(int(a) + int(b)).zfill(len(a) + 1)[::-1]] + [ADDITION.EOS])
+    return f, hardmax64(model, tok, pos, S), q, want
+
+
+def test_a_model_that_answers_wrong_through_the_softmax_leak_fails() -> None:
+    """M = 2.8 at n = 3: the hard-max limit is right everywhere, but the float64 forward pass
+    answers 000 + 897 wrong. The leak moves the FFN inputs by less than 1 (so a check that skipped
+    radii below 1, or read only the first hidden unit, would see nothing): the ReLU stability
+    check is what must FAIL it."""
+    model = _model(M=2.8)
+    wrong = 0
+    for a, b in PAIRS:
+        f, hm, q, want = _passes(model, a, b)
+        assert np.array_equal(hm["logits"][q].argmax(1), want)
+        wrong += int(np.any(f["logits"][q].argmax(1) != want))
+        assert np.abs(f["pre"] - hm["pre"])[q].max() < 1  # the measured deviation stays below 1
+    assert wrong >= 2
+    cert = certify(model, N, "real")
+    assert cert.passed is False and cert.reason == "leak", cert.message
+    assert "ReLU" in cert.message and "needs more than its margin allows" in cert.message
+    assert "the requirement is mostly leak (leak " in cert.message and 0 < cert.slack < 1
+    mlp = model.blocks[0].mlp
+    with torch.no_grad():  # the same function with the hidden units in reverse order
+        mlp.W_in.copy_(mlp.W_in.flip(1)), mlp.b_in.copy_(mlp.b_in.flip(0)), mlp.W_out.copy_(mlp.W_out.flip(0))
+    reversed_units = certify(model, N, "real")
+    assert reversed_units.passed is False and reversed_units.slack == pytest.approx(cert.slack, rel=1e-12)
+
+
+def test_a_readout_tie_that_the_leak_tips_fails() -> None:
+    """The built model's logits do not move with small FFN-input deviations (its units sit on
+    plateaus). With W_U reading PRE_SUM / 40 into the '$' logit they do; b_U['$'] is then raised so
+    that, at the digit row where the float64 pass brings '$' closest, '$' beats the right digit
+    while the hard-max limit still prefers the digit on every row measured (PRE_SUM is at most 18,
+    reached by 999 + 999): the forward pass answers wrong, so the logit-gap check (each gap's
+    sensitivity to the residual deviation, ReLU stability still holding) must FAIL it."""
+    model = _model()
+    with torch.no_grad():
+        model.unembed.W_U[model.annotations.residual.index("PRE_SUM"), ADDITION.EOS] += 0.025
+    rows = []
+    for a, b in PAIRS:
+        f, hm, q, want = _passes(model, a, b)
+        digit = want != ADDITION.EOS
+        g_act = f["logits"][q][digit, want[digit]] - f["logits"][q][digit, ADDITION.EOS]
+        g_hm = hm["logits"][q][digit, want[digit]] - hm["logits"][q][digit, ADDITION.EOS]
+        rows += list(zip(g_act, g_hm))
+    g_act, g_hm = np.array(rows).T
+    lift = float(g_act.min() + 0.25 * (g_hm.min() - g_act.min()))
+    assert g_act.min() < lift < g_hm.min()  # wrong in the forward pass, right at the hard-max limit
+    with torch.no_grad():
+        model.unembed.b_U[ADDITION.EOS] += lift
+    f, hm, q, want = _passes(model, *PAIRS[int(np.argmin(g_act)) // (N + 1)])
+    assert np.any(f["logits"][q].argmax(1) == ADDITION.EOS) and np.array_equal(hm["logits"][q].argmax(1), want)
+    cert = certify(model, N, "real")
+    assert cert.passed is False and cert.reason == "leak", cert.message
+    assert "logit gap to '$'" in cert.message
+
+
+def test_the_classes_of_a_three_digit_adder_are_worked_out_by_hand() -> None:
+    """docs/theorem-5-1.md: head 1 of query c_k reads a_{k+1}, b_{k+1} (of '=': a_0, b_0), head 2
+    reads a_k, b_k, c_k (of '=': '=' and '+', of c_n: c_n alone). The local configurations are
+    the digits of the significances read (100 per significance) times the carry into the lowest
+    one when it is not 0. Every field of PASS, with P = ⌊(23 − 17)/2⌋ = 3."""
+    cert = certify(_model(), N, "real")
+    assert cert.passed is True and cert.reason == "" and cert.message == "PASS"
+    assert (cert.n, cert.d_model, cert.P, cert.dtype) == (3, 23, 3, "real")
+    assert [(c[0], c[1], c[2]) for c in cert.classes] == [
+        ("query '=': head 1 -> {$, b_0, a_0}; head 2 -> {$, =, +}", 1, 100),
+        ("query c_0: head 1 -> {$, b_1, a_1}; head 2 -> {$, c_0, b_0, a_0}", 1, 100**2),
+        ("query c_1: head 1 -> {$, b_2, a_2}; head 2 -> {$, c_1, b_1, a_1}", 1, 100**2 * 2),
+        ("query c_2: head 1 -> {$}; head 2 -> {$, c_2, b_2, a_2}", 1, 100 * 2),
+        ("query c_3: head 1 -> {$}; head 2 -> {$, c_3}", 1, 100 * 2)]
+    assert [h["sizes"] for h in cert.heads] == [[1, 3], [2, 3, 4]]
+    assert cert.slack == min(c[3].slack for c in cert.classes) > 1
+    assert cert.float_terms.score_error == 0 and not cert.float_terms.overflow
+    assert set(cert.deltas) == {"PRE_SUM", "PRE_CARRY", "PRE_EOS"}  # the coordinates the heads write
+    assert all(set(d) == {"leak", "spread", "float"} and d["leak"] > 0 for d in cert.deltas.values())
+
+
+def _failed(model: Transformer, n: int, dtype: str | None) -> None:
+    cert = certify(model, n, dtype)
+    assert cert.passed is False and cert.reason and cert.message != "PASS"
+    return cert
+
+
+def test_a_failed_certificate_names_its_model_and_arithmetic() -> None:
+    """FAIL keeps n, d, P = ⌊(d − 17)/2⌋ and the arithmetic (the model's dtype when none is
+    given), and the float terms once they are computed, on every path to FAIL."""
+    model = _model()
+    two = Transformer(dataclasses.replace(model.cfg, n_layers=2))  # outside the covered shape
+    cert = _failed(two, N, None)
+    assert (cert.reason, cert.n, cert.d_model, cert.P, cert.dtype) == ("structure", 3, 23, 3, "float64")
+    far = _model(n=6)
+    with torch.no_grad():  # IDs 2 and 7 swap position rows: a head reads digits five places apart
+        far.pos_embed.W_pos[[2, 7]] = far.pos_embed.W_pos[[7, 2]]
+    cert = _failed(far, 6, "real")
+    assert (cert.reason, cert.n, cert.d_model, cert.P, cert.dtype) == ("structure", 6, 23, 3, "real")
+    wrong = _model()
+    with torch.no_grad():  # '$' beats every digit by 10 at the hard-max limit
+        wrong.unembed.b_U[ADDITION.EOS] += 1e3
+    cert = _failed(wrong, N, "float32")
+    assert (cert.reason, cert.n, cert.d_model, cert.P, cert.dtype) == ("hardmax", 3, 23, 3, "float32")
+    assert cert.float_terms is not None and cert.float_terms.score_error > 0
+    assert "instead of '" in cert.message and "local configurations not provably right" in cert.message
+    wide = build_model(n_digits=2, d_model=201, dtype="bfloat16")[0]
+    cert = _failed(wide, 2, None)
+    assert (cert.reason, cert.n, cert.d_model, cert.P, cert.dtype) == ("float", 2, 201, 92, "bfloat16")
+    assert cert.float_terms is not None
+
+
+def test_operands_beyond_the_position_table_are_refused() -> None:
+    model = _model()  # IDs 0 .. 5: the 3-digit operands use 2 .. 5 (s = 2), one more digit would need 6
+    with pytest.raises(ValueError, match="4-digit operands need position IDs up to 6; the model's table stops at 5"):
+        certify(model, 4, "real")
+
+
+def _towards_eos(m: Transformer) -> torch.Tensor:
+    """A residual vector that lifts the '$' logit by 1000 through W_U."""
+    w = m.unembed.W_U[:, ADDITION.EOS]
+    return w * 1e3 / w.norm() ** 2
+
+
+# each makes the 1-digit model wrong at the hard-max limit (a fresh certificate FAILs it)
+EDITS = {
+    **{name: (lambda name: lambda m: dict(m.named_parameters())[name].add_(0.5))(name) for name in (
+        "embed.W_E", "pos_embed.W_pos", "blocks.0.attn.W_V", "blocks.0.attn.b_V", "blocks.0.attn.W_O",
+        "blocks.0.attn.b_O", "blocks.0.mlp.W_in", "blocks.0.mlp.b_in", "blocks.0.mlp.W_out")},
+    "unembed.W_U": lambda m: m.unembed.W_U.mul_(-1),
+    "unembed.b_U": lambda m: m.unembed.b_U.__setitem__(ADDITION.EOS, m.unembed.b_U[ADDITION.EOS] + 1e3),
+    "blocks.0.mlp.b_out": lambda m: m.blocks[0].mlp.b_out.add_(_towards_eos(m)),
+}
+
+
+@pytest.mark.parametrize("which", list(EDITS))
+def test_a_shared_cache_never_carries_a_verdict_to_other_weights(which: str) -> None:
+    """The cache keeps the FFN tables and the classes between calls; it must be keyed by every
+    weight they read: after the built 1-digit model passed with it, a model with one weight
+    changed gets the certificate it gets with a fresh cache (it fails there)."""
+    cache: dict = {}
+    assert certify(_one_digit(), 1, "real", cache=cache).passed
+    model = _one_digit()
+    with torch.no_grad():
+        EDITS[which](model)
+    fresh = certify(model, 1, "real")
+    assert not fresh.passed, which
+    shared = certify(model, 1, "real", cache=cache)
+    assert (shared.passed, shared.reason, shared.message) == (fresh.passed, fresh.reason, fresh.message)
+
+
+def _one_digit() -> Transformer:
+    return build_model(n_digits=1, d_model=21, dtype="float64")[0]
