@@ -59,6 +59,10 @@ def test_a_model_that_answers_wrong_through_the_softmax_leak_fails() -> None:
     assert cert.passed is False and cert.reason == "leak", cert.message
     assert "ReLU" in cert.message and "needs more than its margin allows" in cert.message
     assert "the requirement is mostly leak (leak " in cert.message and 0 < cert.slack < 1
+    # the binding class and unit: t moves in steps of 0.1 and the trapezoid of digit 1 has its
+    # breakpoint at 1 + 0.15, so its pre-activation stays 0.05 from the kink, on, at c_{n-1}
+    assert cert.message.startswith("query c_2: head 1 -> {$}; head 2 -> {$, c_2, b_2, a_2}: ReLU trap_m1_+0.15 "
+                                   "stays on (min |pre-activation| 0.05) needs more than its margin allows")
     mlp = model.blocks[0].mlp
     with torch.no_grad():  # the same function with the hidden units in reverse order
         mlp.W_in.copy_(mlp.W_in.flip(1)), mlp.b_in.copy_(mlp.b_in.flip(0)), mlp.W_out.copy_(mlp.W_out.flip(0))
@@ -90,9 +94,21 @@ def test_a_readout_tie_that_the_leak_tips_fails() -> None:
         model.unembed.b_U[ADDITION.EOS] += lift
     f, hm, q, want = _passes(model, *PAIRS[int(np.argmin(g_act)) // (N + 1)])
     assert np.any(f["logits"][q].argmax(1) == ADDITION.EOS) and np.array_equal(hm["logits"][q].argmax(1), want)
-    cert = certify(model, N, "real")
-    assert cert.passed is False and cert.reason == "leak", cert.message
-    assert "logit gap to '$'" in cert.message
+    # in float32 the readout's own rounding term (float_terms.logit_error) outweighs the leak's share
+    for dtype, mostly in (("real", "leak"), ("float32", "float")):
+        cert = certify(model, N, dtype)
+        assert cert.passed is False and cert.reason == mostly, cert.message
+        assert ": logit gap to '$' (gap " in cert.message and f"the requirement is mostly {mostly} (leak " in cert.message
+        checks = [check for *_, check in cert.classes if check.where.startswith("logit gap to '$'")]
+        assert checks and min(check.slack for check in checks) == cert.slack < 1
+        for check in checks:  # leak, spread and float parts; in float32 the float part holds the readout term
+            assert list(check.parts) == ["leak", "spread", "float"] and check.parts["leak"] > 0
+            assert check.parts["float"] >= cert.float_terms.logit_error >= 0
+            assert check.slack <= float(check.where.split("(gap ")[1].rstrip(")")) / sum(check.parts.values()) * 1.001
+        for *_, check in cert.classes:  # the ReLU checks carry each unit's pre-activation float term
+            if check.where.startswith("ReLU"):
+                assert check.parts["float"] >= cert.float_terms.pre_error.min() >= 0
+                assert (dtype == "real") == (cert.float_terms.pre_error.max() == 0)
 
 
 def test_the_classes_of_a_three_digit_adder_are_worked_out_by_hand() -> None:
