@@ -152,6 +152,7 @@ def test_a_failed_certificate_names_its_model_and_arithmetic() -> None:
         far.pos_embed.W_pos[[2, 7]] = far.pos_embed.W_pos[[7, 2]]
     cert = _failed(far, 6, "real")
     assert (cert.reason, cert.n, cert.d_model, cert.P, cert.dtype) == ("structure", 6, 23, 3, "real")
+    assert cert.message.startswith("query ") and " reads significances " in cert.message
     wrong = _model()
     with torch.no_grad():  # '$' beats every digit by 10 at the hard-max limit
         wrong.unembed.b_U[ADDITION.EOS] += 1e3
