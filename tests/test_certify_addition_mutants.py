@@ -223,3 +223,46 @@ def test_a_hidden_unit_that_reads_no_moving_coordinate_needs_no_margin() -> None
     big.annotations = model.annotations
     cert, plain = certify(big, 1, "real"), certify(model, 1, "real")
     assert cert.passed is True and plain.passed is True and cert.slack == plain.slack
+
+
+def test_biases_that_cancel_out_keep_the_certificate() -> None:
+    """Every bias set, with shifts that cancel exactly: b_V[h] += w_h (the head output moves by
+    w_h·W_O[h], attention sums to 1), b_O += v − Σ_h w_h·W_O[h] (net residual shift v),
+    b_in −= v·W_in, b_out += z, b_U −= (v + z)·W_U. The float64 forward pass is unchanged, so in
+    real arithmetic the certificate must PASS with the same slack; a bias read with the wrong
+    sign, or not read, breaks the cancellation by far more than the margins."""
+    model, shifted = _one_digit(), _one_digit()
+    rng = np.random.default_rng(3)
+    a, mlp = shifted.blocks[0].attn, shifted.blocks[0].mlp
+    d, d_head = model.cfg.d_model, a.W_V.shape[-1]
+    v, z = (torch.tensor(rng.normal(0, 3, d)) for _ in range(2))
+    with torch.no_grad():
+        for h in range(a.W_V.shape[0]):
+            w = torch.tensor(rng.normal(0, 3, d_head))
+            a.b_V[h] += w
+            a.b_O -= w @ a.W_O[h]
+        a.b_O += v
+        mlp.b_in -= v @ mlp.W_in
+        mlp.b_out += z
+        shifted.unembed.b_U -= (v + z) @ shifted.unembed.W_U
+    for x, y in [("9", "1"), ("9", "9"), ("0", "0"), ("4", "5")]:
+        inst = ADDITION.instance(x, y, start=START_ID)
+        tok, pos = inst.tokens[:-1], inst.pos_ids[:-1]
+        assert np.allclose(forward64(shifted, tok, pos)["logits"], forward64(model, tok, pos)["logits"], atol=1e-9)
+    cert, plain = certify(shifted, 1, "real"), certify(model, 1, "real")
+    assert cert.passed is True and plain.passed is True
+    assert cert.slack == pytest.approx(plain.slack, rel=1e-6)
+
+
+def test_an_exact_tie_at_the_hard_max_limit_fails_there() -> None:
+    """The 1-digit model's right digit beats '$' by exactly 1 at the hard-max limit on digit rows
+    (float64 pass below); b_U['$'] += 1 makes it an exact tie, which is not a right prediction:
+    FAIL with reason "hardmax", not a zero margin found later."""
+    model = _one_digit()
+    inst = ADDITION.instance("4", "5", start=START_ID)
+    logits = forward64(model, inst.tokens[:-1], inst.pos_ids[:-1])["logits"][inst.prompt_len - 1]
+    assert logits[ADDITION.vocabulary["9"]] - logits[ADDITION.EOS] == pytest.approx(1.0, abs=1e-6)
+    with torch.no_grad():
+        model.unembed.b_U[ADDITION.EOS] += 1.0
+    cert = certify(model, 1, "real")
+    assert cert.passed is False and cert.reason == "hardmax", cert.message
