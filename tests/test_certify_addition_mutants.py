@@ -266,3 +266,24 @@ def test_an_exact_tie_at_the_hard_max_limit_fails_there() -> None:
         model.unembed.b_U[ADDITION.EOS] += 1.0
     cert = certify(model, 1, "real")
     assert cert.passed is False and cert.reason == "hardmax", cert.message
+
+
+def test_the_total_variation_moves_by_the_score_error_on_both_sides() -> None:
+    """Each score may move by s = float_terms.score_error: the mass outside S over the mass on S
+    then grows by at most e^s / e^−s = e^{2s}, and the spread η by 2s, so per head
+    TV = λ·e^{2s} + (e^{η + 2s} − 1)/4 at the class with the largest TV, between the values with
+    η = 0 and with the largest η (float32, built 3-digit model, λ and η as printed: maxima)."""
+    cert = certify(build_model(n_digits=N, dtype="float32")[0], N, "float32")
+    s = cert.float_terms.score_error
+    assert s > 0
+    for head in cert.heads:
+        low, high = (head["leak"] * np.exp(2 * s) + np.expm1(eta + 2 * s) / 4 for eta in (0.0, head["eta"]))
+        assert low * (1 - 1e-9) <= head["tv"] <= high * (1 + 1e-9), (low, head["tv"], high)
+
+
+def test_a_leak_above_one_is_clamped_at_one() -> None:
+    """M = 0.05: almost no attention on S, λ = mass outside / mass on S far above 1; the total
+    variation is at most 1 whatever λ is, so the printed leak is 1 (and the certificate FAILs)."""
+    cert = certify(build_model(n_digits=1, d_model=21, dtype="float64", M=0.05)[0], 1, "real")
+    assert cert.passed is False
+    assert [head["leak"] for head in cert.heads] == [1.0, 1.0]
