@@ -305,11 +305,14 @@ def run(name: str, report_only: bool = False) -> str:
     return report(name, part, mutants, seconds)
 
 
-def recheck(name: str, tests: list[str]) -> None:
+def recheck(name: str, tests: list[str], only: str = "*") -> None:
     """After a run: each survivor of part ``name`` against ``tests`` (tests written for the survivors),
     one pytest session per mutant in this process, mutmut's trampoline choosing the mutant by
     ``MUTANT_UNDER_TEST``. A mutant that fails them is recorded as killed in mutants/ (the tests
-    must keep no state between sessions, e.g. no cache of a certificate's result)."""
+    must keep no state between sessions, e.g. no cache of a certificate's result). ``only``: a
+    pattern (fnmatch) of the survivors' names to recheck, e.g. ``*ffn_check*``, so that each group
+    runs only the tests written for it."""
+    import fnmatch
     import json
 
     import pytest
@@ -331,7 +334,7 @@ def recheck(name: str, tests: list[str]) -> None:
     for meta in metas:
         data = json.loads(meta.read_text())
         for key, code in data["exit_code_by_key"].items():
-            if code == 0:  # survived
+            if code == 0 and fnmatch.fnmatchcase(key, only):  # survived
                 checked += 1
                 if session(key) != 0:
                     data["exit_code_by_key"][key] = 1
@@ -339,7 +342,8 @@ def recheck(name: str, tests: list[str]) -> None:
         meta.write_text(json.dumps(data, indent=4))
     os.chdir(ROOT)
     log = ROOT / "mutants" / f"{name}.recheck"
-    log.write_text((log.read_text() if log.exists() else "") + f"{' '.join(tests)}: {checked} survivors, {len(killed)} killed\n")
+    which = "" if only == "*" else f" ({only})"
+    log.write_text((log.read_text() if log.exists() else "") + f"{' '.join(tests)}: {checked} survivors{which}, {len(killed)} killed\n")
 
 
 def main() -> None:
@@ -349,6 +353,8 @@ def main() -> None:
                         help="no new run: write the report again from the last run's mutants/ (same part)")
     parser.add_argument("--recheck", nargs="+", metavar="TEST",
                         help="no new run: the last run's survivors against these tests, then the report")
+    parser.add_argument("--only", default="*", metavar="PATTERN",
+                        help="with --recheck: only the survivors whose mutant name matches (fnmatch), e.g. '*ffn_check*'")
     args = parser.parse_args()
     os.chdir(ROOT)  # mutmut reads setup.cfg and mutants/ from the working directory
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -356,7 +362,7 @@ def main() -> None:
         if args.recheck:
             write_config(PARTS[name])
             try:
-                recheck(name, args.recheck)
+                recheck(name, args.recheck, args.only)
             finally:
                 CONFIG.unlink(missing_ok=True)
         print(run(name, args.report_only or bool(args.recheck)), flush=True)
