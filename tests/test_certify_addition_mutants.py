@@ -132,6 +132,8 @@ def test_the_classes_of_a_three_digit_adder_are_worked_out_by_hand() -> None:
     assert cert.float_terms.score_error == 0 and not cert.float_terms.overflow
     assert set(cert.deltas) == {"PRE_SUM", "PRE_CARRY", "PRE_EOS"}  # the coordinates the heads write
     assert all(set(d) == {"leak", "spread", "float"} and d["leak"] > 0 for d in cert.deltas.values())
+    # real arithmetic: the float part is only the outward rounding of leak and spread, never below 0
+    assert all(0 <= d["float"] <= 1e-9 * (d["leak"] + d["spread"]) for d in cert.deltas.values())
 
 
 def _failed(model: Transformer, n: int, dtype: str | None) -> None:
@@ -287,3 +289,4 @@ def test_a_leak_above_one_is_clamped_at_one() -> None:
     cert = certify(build_model(n_digits=1, d_model=21, dtype="float64", M=0.05)[0], 1, "real")
     assert cert.passed is False
     assert [head["leak"] for head in cert.heads] == [1.0, 1.0]
+    assert all(1.0 <= head["tv"] <= 1.0 + 1e-9 + (np.expm1(head["eta"]) / 4) for head in cert.heads)  # no float share
