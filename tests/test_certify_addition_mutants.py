@@ -128,6 +128,15 @@ def test_the_classes_of_a_three_digit_adder_are_worked_out_by_hand() -> None:
         ("query c_2: head 1 -> {$}; head 2 -> {$, c_2, b_2, a_2}", 1, 100 * 2),
         ("query c_3: head 1 -> {$}; head 2 -> {$, c_3}", 1, 100 * 2)]
     assert [h["sizes"] for h in cert.heads] == [[1, 3], [2, 3, 4]]
+    # at n = 6, c_1 … c_4 share one class; c_0 (no carry in) has the same key pattern relative to
+    # its query but is a class of its own, and so are c_5 (nothing above it) and c_6
+    six = certify(_model(n=6), 6, "real")
+    assert [(c[0], c[1], c[2]) for c in six.classes] == [
+        ("query '=': head 1 -> {$, b_0, a_0}; head 2 -> {$, =, +}", 1, 100),
+        ("query c_0: head 1 -> {$, b_1, a_1}; head 2 -> {$, c_0, b_0, a_0}", 1, 100**2),
+        ("query c_1: head 1 -> {$, b_2, a_2}; head 2 -> {$, c_1, b_1, a_1}", 4, 100**2 * 2),
+        ("query c_5: head 1 -> {$}; head 2 -> {$, c_5, b_5, a_5}", 1, 100 * 2),
+        ("query c_6: head 1 -> {$}; head 2 -> {$, c_6}", 1, 100 * 2)]
     assert cert.slack == min(c[3].slack for c in cert.classes) > 1
     assert cert.float_terms.score_error == 0 and not cert.float_terms.overflow
     assert set(cert.deltas) == {"PRE_SUM", "PRE_CARRY", "PRE_EOS"}  # the coordinates the heads write
