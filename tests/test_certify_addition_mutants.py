@@ -299,3 +299,38 @@ def test_a_leak_above_one_is_clamped_at_one() -> None:
     assert cert.passed is False
     assert [head["leak"] for head in cert.heads] == [1.0, 1.0]
     assert all(1.0 <= head["tv"] <= 1.0 + 1e-9 + (np.expm1(head["eta"]) / 4) for head in cert.heads)  # no float share
+
+
+@pytest.mark.parametrize("k", [-1, 0, 1, 2])
+def test_the_local_configurations_are_every_digit_combination(k: int) -> None:
+    """ffn._configs at n = 3, for the attended sets of each class of the built model that reads
+    digits (the classes above, as (role, significance, ID); roles 1, 2, 3, 4, 5, 6 are a, b, c,
+    '+', '=', '$'): every combination of the digits read once (times the carry into the lowest
+    significance when it is not 0), the query token '=' for the first class, and the target
+    c_0 = (a_0 + b_0) mod 10 there, by Python integer arithmetic."""
+    from constructions.addition.certify.ffn import ClassSpec, _configs
+
+    spec_members = {-1: (((6, -1, 0), (2, 0, 0), (1, 0, 0)), ((6, -1, 0), (5, -1, 0), (4, -1, 0))),
+                    0: (((6, -1, 0), (2, 1, 0), (1, 1, 0)), ((6, -1, 0), (3, 0, 0), (2, 0, 0), (1, 0, 0))),
+                    1: (((6, -1, 0), (2, 2, 0), (1, 2, 0)), ((6, -1, 0), (3, 1, 0), (2, 1, 0), (1, 1, 0))),
+                    2: (((6, -1, 0),), ((6, -1, 0), (3, 2, 0), (2, 2, 0), (1, 2, 0)))}[k]
+    tokens, query, target, _ = _configs(ClassSpec(N, k, 0, spec_members))
+    sigs = sorted({s for mem in spec_members for r, s, _ in mem if r in (1, 2)} | ({k} if 0 <= k < N else set()))
+    lo = sigs[0] if sigs else N - 1
+    rows = set()
+    for i in range(len(query)):
+        a = {s: int(tokens[(1, s)][i]) for s in sigs if (1, s) in tokens}
+        b = {s: int(tokens[(2, s)][i]) for s in sigs if (2, s) in tokens}
+        carry = None
+        for s in range(lo, N):  # the carry into lo is what makes c_lo differ from (a_lo + b_lo) mod 10
+            if (3, s) in tokens and s in a:
+                carry = (int(tokens[(3, s)][i]) - a[s] - b[s]) % 10
+                break
+        rows.add((tuple(sorted(a.items())), tuple(sorted(b.items())), carry, int(query[i]), int(target[i])))
+    assert len(rows) == len(query)  # no configuration twice
+    width = max(1, len(sigs))
+    carries = 2 if lo >= 1 else 1
+    assert len(query) == 100**width * carries
+    if k == -1:
+        assert set(query.tolist()) == {ADDITION.EQUALS}
+        assert all(t == (dict(a)[0] + dict(b)[0]) % 10 for a, b, _, _, t in rows)
