@@ -74,3 +74,22 @@ def attention_measures(scores: np.ndarray, pattern: np.ndarray, S: list[int]) ->
     eta = float(scores[S].max() - scores[S].min())
     uniform = on / on.sum()
     return lam, eta, 0.5 * float(np.abs(pattern - uniform).sum())
+
+
+def addition_passes(model: torch.nn.Module, a: str, b: str, start: int) -> tuple:
+    """For the addition ``a + b`` with coupled IDs from ``start``: the float64 pass, each head's
+    attended set S measured from it (``$`` and the keys within 1 of the row's top score), the
+    hard-max pass on those sets, the answer rows, their targets (the digits of the Python integer
+    a + b, then ``$``), and the tokens and IDs fed in."""
+    from lengthgen.tasks import ADDITION
+
+    inst = ADDITION.instance(a, b, start=start)
+    tok, pos = inst.tokens[:-1], inst.pos_ids[:-1]
+    f = forward64(model, tok, pos)
+    H, T = f["scores"].shape[:2]
+    S = [[[0] + [j for j in range(1, t + 1) if f["scores"][h, t, j] >= f["scores"][h, t, : t + 1].max() - 1]
+          for t in range(T)] for h in range(H)]
+    q = np.arange(inst.prompt_len - 1, T)
+    n = max(len(a), len(b))
+    want = np.array([ADDITION.vocabulary[ch] for ch in str(int(a) + int(b)).zfill(n + 1)[::-1]] + [ADDITION.EOS])
+    return f, S, hardmax64(model, tok, pos, S), q, want, tok, pos

@@ -17,7 +17,7 @@ from constructions.addition import START_ID, build_model
 from constructions.addition.certify.margins import certify
 from lengthgen.model import Transformer
 from lengthgen.tasks import ADDITION
-from forward_oracle import forward64, hardmax64
+from forward_oracle import addition_passes, forward64
 
 N = 3
 # carry chains, all 9s, and the inputs where the M = 2.8 model below answers wrong
@@ -29,18 +29,10 @@ def _model(M: float | None = None, n: int = N) -> Transformer:
 
 
 def _passes(model: Transformer, a: str, b: str) -> tuple[dict, dict, np.ndarray, np.ndarray]:
-    """The float64 pass, the hard-max pass on the attended sets measured from it (``$`` and the
-    keys within 1 of the row's top score), the answer rows and their targets (the digits of the
-    Python integer a + b, then ``$``)."""
-    inst = ADDITION.instance(a, b, start=START_ID)
-    tok, pos = inst.tokens[:-1], inst.pos_ids[:-1]
-    f = forward64(model, tok, pos)
-    H, T = f["scores"].shape[:2]
-    S = [[[0] + [j for j in range(1, t + 1) if f["scores"][h, t, j] >= f["scores"][h, t, : t + 1].max() - 1]
-          for t in range(T)] for h in range(H)]
-    q = np.arange(inst.prompt_len - 1, T)
-    want = np.array([ADDITION.vocabulary[ch] for ch in str(int(a) + int(b)).zfill(len(a) + 1)[::-1]] + [ADDITION.EOS])
-    return f, hardmax64(model, tok, pos, S), q, want
+    """The float64 pass, the hard-max pass on the attended sets measured from it, the answer rows
+    and their targets (:func:`forward_oracle.addition_passes`)."""
+    f, _, hm, q, want, _, _ = addition_passes(model, a, b, START_ID)
+    return f, hm, q, want
 
 
 def test_a_model_that_answers_wrong_through_the_softmax_leak_fails() -> None:

@@ -16,7 +16,7 @@ from constructions.addition import START_ID, build_model
 from constructions.addition.certify.margins import certify
 from constructions.addition.certify.search import smallest_sharpness, with_sharpness
 from lengthgen.tasks import ADDITION
-from forward_oracle import attention_measures, forward64, hardmax64, params
+from forward_oracle import addition_passes, attention_measures, forward64, hardmax64, params
 
 N, D = 30, 27
 REL = 1 + 1e-9  # the float64 measurement of an exactly tight bound may exceed it by rounding
@@ -34,18 +34,8 @@ def _model(dtype: str, where: str):
 
 
 def _measured(model, a: str, b: str):
-    """The float64 pass, each head's attended set S measured from it (``$`` and the keys within 1
-    of the row's top score), the hard-max pass on those sets, the answer rows and their targets
-    (digits of the Python integer a + b)."""
-    inst = ADDITION.instance(a, b, start=START_ID)
-    tok, pos = inst.tokens[:-1], inst.pos_ids[:-1]
-    f = forward64(model, tok, pos)
-    H, T = f["scores"].shape[:2]
-    S = [[[0] + [j for j in range(1, t + 1) if f["scores"][h, t, j] >= f["scores"][h, t, : t + 1].max() - 1]
-          for t in range(T)] for h in range(H)]
-    q = np.arange(inst.prompt_len - 1, T)
-    want = np.array([ADDITION.vocabulary[ch] for ch in str(int(a) + int(b)).zfill(N + 1)[::-1]] + [ADDITION.EOS])
-    return f, S, hardmax64(model, tok, pos, S), q, want, tok, pos
+    """:func:`forward_oracle.addition_passes` at the evaluation start."""
+    return addition_passes(model, a, b, START_ID)
 
 
 def _gaps(logits: np.ndarray, want: np.ndarray) -> np.ndarray:
