@@ -16,7 +16,7 @@ from constructions.addition import START_ID, build_model
 from constructions.addition.certify.margins import certify
 from constructions.addition.certify.search import smallest_sharpness, with_sharpness
 from lengthgen.tasks import ADDITION
-from forward_oracle import addition_passes, attention_measures, forward64, hardmax64, params
+from forward_oracle import addition_passes, attention_measures, params
 
 N, D = 30, 27
 REL = 1 + 1e-9  # the float64 measurement of an exactly tight bound may exceed it by rounding
