@@ -60,3 +60,26 @@ def test_the_trained_model_certificate_refuses_a_non_finite_weight():
     model = build_addition(n_digits=3, dtype=torch.float64)[0]
     with pytest.raises(StructureError, match="W_U has entries that are not finite"):
         certify_trained(poisoned(model, "unembed.W_U", math.nan), 2, 2)
+
+
+def test_finite_weights_whose_enclosure_overflows_fail_the_addition_certificate():
+    """W_U[SUM[5], '5'] = −1e308 is finite, and the model is wrong whenever a digit of the sum is 5
+    (its float64 pass, which does not overflow, says so on 995 + 000). The certificate's enclosure of
+    the logit gaps overflows to inf − inf = NaN; read as a margin, that made the real-arithmetic
+    certificate PASS. A NaN lower bound is now no bound at all."""
+    import warnings
+
+    import numpy as np
+
+    from constructions.addition.model import answer_predictions, first_wrong_position
+    from lengthgen.tasks import ADDITION
+
+    model, _ = build_addition(n_digits=3, dtype="float64")
+    with torch.no_grad():
+        model.unembed.W_U[model.annotations.residual.index("SUM[5]"), ADDITION.vocabulary["5"]] = -1e308
+    pred, expected = answer_predictions(model, np.array([9, 9, 5]), np.array([0, 0, 0]), "teacher")
+    assert first_wrong_position(pred, expected) is not None  # 995 + 000: the '5' is never predicted
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        cert = certify_addition(model, 3, "real")
+    assert cert.passed is False and cert.reason == "hardmax"

@@ -154,7 +154,7 @@ def ffn_tables(W, spec: ClassSpec, pos_in: Iv, pos_logit: Iv, coords: np.ndarray
     logits = direct + I.matmul(pre.relu(), wo_wu) + I.affine(W.b_out, W.W_U, W.b_U)[None]
     rows = np.arange(count)
     gap_iv = logits[rows, target][:, None] - logits
-    gap = gap_iv.lo.copy()
+    gap = np.where(np.isnan(gap_iv.lo), -np.inf, gap_iv.lo)  # inf − inf in an overflowing enclosure: no bound
     gap[rows, target] = np.inf
     error = None
     bad = np.nonzero(gap.min(1) <= 0)[0]
@@ -167,7 +167,7 @@ def ffn_tables(W, spec: ClassSpec, pos_in: Iv, pos_logit: Iv, coords: np.ndarray
                            if r in (ROLE_A, ROLE_B, ROLE_C))
         error = (f"{spec.describe()}: at the hard-max limit the model predicts {got!r} instead of {want!r} "
                  f"({detail}; {len(bad)} of {count} local configurations not provably right)")
-    stab = pre.mig()
+    stab = np.nan_to_num(pre.mig(), nan=0.0)  # an enclosure that overflowed to NaN keeps no sign
     active = pre.lo > 0
     sens = _sensitivities(W, active, target, coords, wo_wu)
     binding = stab.argmin(0)
