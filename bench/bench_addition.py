@@ -27,20 +27,29 @@ sys.path[:0] = [str(REPO / "src"), str(REPO)]
 from lengthgen.attention import chunked_attention, long_attention  # noqa: E402
 
 
-def cli_run(digits: int, mode: str, device: str) -> dict:
+def cli_run(digits: int, mode: str, device: str, dtype: str = "float32", timeout: float | None = None) -> dict:
+    """One run of ``python -m constructions.addition`` in a fresh process (so peak memory is its own);
+    its JSON, the process wall time and the command, or ``{"error": ...}``."""
     env = dict(os.environ, PYTHONPATH=f"{REPO / 'src'}{os.pathsep}{REPO}")
-    cmd = [sys.executable, "-m", "constructions.addition", "--digits", str(digits), "--mode", mode, "--json",
-           "--device", device]
+    cmd = [sys.executable, "-m", "constructions.addition", "--digits", str(digits), "--dtype", dtype, "--mode", mode,
+           "--device", device, "--json", "--no-progress"]
     start = time.perf_counter()
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"digits": digits, "dtype": dtype, "mode": mode, "error": f"stopped after {timeout:.0f} s"}
     result = json.loads(out.stdout) if out.stdout.strip() else {"error": out.stderr.strip()}
-    result["process_seconds"] = round(time.perf_counter() - start, 2)
+    result.update(process_seconds=round(time.perf_counter() - start, 2),
+                  command=" ".join(["python -m constructions.addition", *cmd[3:]]))
     return result
 
 
 def best_of(fn, repeats: int = 3) -> float:
+    """Fastest of ``repeats`` calls, the GPU synchronized before and after each."""
     times = []
     for _ in range(repeats):
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
         start = time.perf_counter()
         fn()
         if torch.cuda.is_available():

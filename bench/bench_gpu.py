@@ -30,6 +30,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "src"), str(REPO), str(REPO / "bench")]
 ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "src"), str(REPO)]))
 
+from bench_addition import best_of, cli_run  # noqa: E402  (bench/ is on the path above)
+
 
 def write(out: Path, name: str, record: dict, quiet: bool = False) -> None:
     out.mkdir(parents=True, exist_ok=True)
@@ -62,18 +64,8 @@ def env(args: argparse.Namespace) -> dict:
 
 
 def cli_addition(digits: int, dtype: str, mode: str, device: str, timeout: float) -> dict:
-    """One run of ``python -m constructions.addition`` in a fresh process (its own peak memory)."""
-    cmd = [sys.executable, "-m", "constructions.addition", "--digits", str(digits), "--dtype", dtype, "--mode", mode,
-           "--device", device, "--json", "--no-progress"]
-    start = time.perf_counter()
-    try:
-        run = subprocess.run(cmd, capture_output=True, text=True, env=ENV, cwd=REPO, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"digits": digits, "dtype": dtype, "mode": mode, "error": f"stopped after {timeout:.0f} s"}
-    row = json.loads(run.stdout) if run.stdout.strip() else {"error": run.stderr.strip()[-500:]}
+    row = cli_run(digits, mode, device, dtype, timeout)
     row.pop("sum", None)
-    row.update(process_seconds=round(time.perf_counter() - start, 2),
-               command=" ".join(["python -m constructions.addition", *cmd[3:]]))
     print(json.dumps(row), flush=True)
     return row
 
@@ -88,17 +80,6 @@ def addition(args: argparse.Namespace) -> dict:
         rows.append(cli_addition(n, dtype, mode, args.device, timeout))
         write(args.out, "addition", {"device": args.device, "runs": rows}, quiet=True)  # so far
     return {"device": args.device, "runs": rows}
-
-
-def best_of(fn, repeats: int = 3) -> float:
-    times = []
-    for _ in range(repeats):
-        sync()
-        start = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def attention(args: argparse.Namespace) -> dict:
