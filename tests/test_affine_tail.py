@@ -144,3 +144,28 @@ def test_relaxation_holds_pointwise(act):
     xs = l[:, None] + np.linspace(0, 1, 513)[None] * (u - l)[:, None]
     rest = ref_act(xs, act) - alpha[:, None] * xs
     assert np.all(nu.lo[:, None] - TOL <= rest) and np.all(rest <= nu.hi[:, None] + TOL)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_layernorm_remainder_counts_the_mlp_generators(seed):
+    """After the MLP the form carries a diagonal block (each hidden unit's relaxation error η_i·D_i
+    times W_out's row R_i) beside its generators: the final LayerNorm's first-order term |u0·Δx| and
+    its remainder must count it. Forms made of that block alone (no G, no box): at every sampled
+    point x, |LN(x) − LN(c) − (x − c)J| ≤ rem, and :func:`apply_ln`'s box holds LN(x)."""
+    rng = np.random.default_rng(seed)
+    d, m, worst = 8, 6, 0.0
+    for _ in range(40):
+        c = rng.normal(size=(1, d))  # small deviations: the remainder is second order, |u0·Δx| first order
+        x = A.Affine(c, np.zeros((1, 0, d)), np.zeros((1, d)), D=np.abs(rng.normal(size=(1, m))) * rng.uniform(0.005, 0.05),
+                     R=rng.normal(size=(m, d)))
+        params = (rng.normal(size=d), rng.normal(size=d))
+        _, J, rem = A.mean_value_ln(x, params, EPS)
+        box = A.apply_ln(x, params, EPS).box()
+        eta = rng.choice([-1.0, 1.0], size=(200, m)) * rng.uniform(size=(200, m)) ** 0.2  # mostly near vertices
+        dx = (eta * x.D[0]) @ x.R
+        exact = ref_ln(c + dx, params)
+        err = np.abs(exact - ref_ln(c, params) - dx @ J[0])
+        worst = max(worst, float((err / rem[0]).max()))
+        assert_inside(box.lo, box.hi, exact[None], "LN of a form with a diagonal block")
+    assert worst <= 1.0, worst
+    assert worst > 0.05  # the samples come near the bound: the test can see a remainder that is too small

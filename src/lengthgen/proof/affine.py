@@ -85,6 +85,18 @@ class Affine:
         return Iv(I.down(self.c - r), I.up(self.c + r))
 
 
+def folded(x: Affine) -> Affine:
+    """The same set with the diagonal block's generators written out: ``η_i·D_i·R_i`` (``R`` None:
+    the identity) become ordinary generators after ``G``, the rounding of each product ``D_i·R_ij``
+    (≤ u·|D_i·R_ij|) joins the box. Functions that read only ``G`` and ``b`` (the LayerNorm
+    remainder, :func:`linear`) see every generator of the set this way."""
+    if x.D is None:
+        return x
+    R = np.eye(x.D.shape[1]) if x.R is None else x.R
+    rows = x.D[:, :, None] * R[None]  # [C, m, d]
+    return Affine(x.c, np.concatenate([x.G, rows], axis=1), I.up_add(x.b, add_error(rows, 1)), hull=x.hull)
+
+
 def from_iv(centre: Iv, G: np.ndarray, b: np.ndarray) -> Affine:
     """The form ``centre + Σ ε_j G_j + box b`` with the centre an enclosure (its radius joins the box)."""
     c, r = centre.center_radius()
@@ -133,6 +145,7 @@ def mean_value_ln(x: Affine, params: tuple[np.ndarray, np.ndarray], eps: float) 
     ``u0·Δu = u0·Δx`` (u0 sums to 0) is bounded on the form's generators: a second-order remainder.
     The float J replaces J_c at the cost ``Σ_j r_j·|J_c − J|_ji`` (:func:`jacobian_error`)."""
     w, bias = params
+    x = folded(x)  # |u0·Δx| below must see the diagonal block's generators too
     C, d = x.c.shape
     k = x.G.shape[1]
     r = x.radius()
@@ -188,6 +201,7 @@ def apply_ln(x: Affine, params: tuple[np.ndarray, np.ndarray] | None, eps: float
     """The form of LN(x) (the mean-value form, :func:`mean_value_ln`); x itself without LayerNorm."""
     if params is None:
         return x
+    x = folded(x)  # the linear part maps every generator, the diagonal block's included
     centre, J, rem = mean_value_ln(x, params, eps)
     y = linear(Affine(np.zeros_like(x.c), x.G, x.b), J)
     return from_iv(centre, y.G, I.up_add(y.b, rem, add_error(y.c)))
