@@ -169,3 +169,29 @@ def test_layernorm_remainder_counts_the_mlp_generators(seed):
         assert_inside(box.lo, box.hi, exact[None], "LN of a form with a diagonal block")
     assert worst <= 1.0, worst
     assert worst > 0.05  # the samples come near the bound: the test can see a remainder that is too small
+
+
+def test_norm_bound_holds_and_is_exact_for_aligned_generators():
+    """|x − c| over the set: sampled vertices stay below :func:`norm_bound` (generators, the MLP's
+    diagonal block with rows R or the identity, the box); generators that all point along one v
+    (including the box corner b = β·|v|) reach it exactly: (g + ΣD + β)·|v|."""
+    rng = np.random.default_rng(7)
+    for R in (rng.normal(size=(5, 8)), None):
+        m = 5 if R is not None else 8
+        x = A.Affine(rng.normal(size=(2, 8)), 0.1 * rng.normal(size=(2, 3, 8)), 0.02 * rng.uniform(size=(2, 8)),
+                     D=0.05 * rng.uniform(size=(2, m)), R=R)
+        rows = x.D[:, :, None] * (np.eye(m) if R is None else R)[None]
+        H = np.concatenate([x.G, rows], axis=1)
+        for _ in range(300):
+            e = rng.choice([-1.0, 1.0], size=(2, H.shape[1]))
+            dx = np.einsum("cp,cpd->cd", e, H) + rng.choice([-1.0, 1.0], size=(2, 8)) * x.b
+            assert np.all(np.linalg.norm(dx, axis=1) <= A.norm_bound(x))
+    v = rng.normal(size=8)
+    g, D, beta = 0.3, np.array([0.1, 0.2, 0.05]), 0.07
+    aligned = A.Affine(np.zeros((1, 8)), g * v[None, None], beta * np.abs(v)[None], D=D[None], R=np.stack([v] * 3))
+    reach = (g + D.sum() + beta) * np.linalg.norm(v)
+    assert reach <= A.norm_bound(aligned)[0] <= reach * (1 + 1e-12)
+    D8 = rng.uniform(0.1, 1, size=8)  # identity rows and a generator equal to D: the vertex ε = η = 1 gives 2·|D|
+    same = A.Affine(np.zeros((1, 8)), D8[None, None], np.zeros((1, 8)), D=D8[None])
+    reach = 2 * np.linalg.norm(D8)
+    assert reach <= A.norm_bound(same)[0] <= reach * (1 + 1e-12)

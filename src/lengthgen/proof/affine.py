@@ -20,6 +20,7 @@ on the affine tail). Sound in exact real arithmetic on the stored weights:
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -97,6 +98,50 @@ def folded(x: Affine) -> Affine:
     return Affine(x.c, np.concatenate([x.G, rows], axis=1), I.up_add(x.b, add_error(rows, 1)), hull=x.hull)
 
 
+def _abs_dots(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Upper bound of |exact a @ b| entrywise (float product plus Higham's bound of its error)."""
+    return I.up_add(np.abs(a @ b), product_error(np.abs(a), np.abs(b)))
+
+
+_GRAM: dict[str, np.ndarray] = {}
+
+
+def _row_gram(R: np.ndarray) -> np.ndarray:
+    """|R Rᵀ| bounded above entrywise, kept for the last few R (W_out: the same for every batch)."""
+    key = hashlib.sha1(np.ascontiguousarray(R).tobytes()).hexdigest()
+    if key not in _GRAM:
+        if len(_GRAM) > 4:
+            _GRAM.clear()
+        _GRAM[key] = _abs_dots(R, R.T)
+    return _GRAM[key]
+
+
+def norm_bound(x: Affine) -> np.ndarray:
+    """Upper bound [C] of the Euclidean norm |x − c| over the set: for H the generator rows (the
+    G_j and the diagonal block's D_i·R_i), |Σ ε_p·H_p|² = εᵀ(H Hᵀ)ε ≤ Σ_{p,q} |H_p·H_q| whenever
+    |ε| ≤ 1, plus |β| ≤ |b|₂ for the box. The Gram sum is far below Σ_i (Σ_p |H_pi|)², the
+    coordinatewise bound, when the generators point in few directions (the attention's
+    perturbation does) or cancel. The diagonal block's Gram ``|D|ᵀ|R Rᵀ||D|`` uses one m×m matrix
+    for every row."""
+    gram = _abs_dots(x.G, x.G.transpose(0, 2, 1))  # [C, k, k]
+    total = sum_up(gram.reshape(len(x.c), -1), 1)
+    if x.D is not None:
+        aD = np.abs(x.D)
+        if x.R is None:  # the identity rows: D_i·D_l·δ_il and G_j·e_i = G_ji
+            dd, cross = sum_up(aD * aD, 1), sum_up(I.up_mul(np.abs(x.G), aD[:, None, :]).reshape(len(aD), -1), 1)
+        else:
+            dd = I.up_matmul_nonneg(I.up_matmul_nonneg(aD[:, None, :], _row_gram(x.R)[None]), aD[:, :, None])[:, 0, 0]
+            # Σ_ji |D_i|·|G_j·R_i|: the float dots, then their rounding summed before it is formed,
+            # Σ_ji |D_i|·γ|G_j|·|R_i| = γ·(Σ_j |G_j|)·(|R|ᵀ|D|) (product_error's bound, weighted)
+            dots = sum_up(I.up_mul(np.abs(x.G @ x.R.T), aD[:, None, :]).reshape(len(aD), -1), 1)
+            weight = I.up_matmul_nonneg(np.abs(x.R).T[None], aD[:, :, None])[:, :, 0]  # [C, d]
+            k, d = x.G.shape[1:]
+            rounding = product_error(sum_up(np.abs(x.G), 1)[:, None, :], weight[:, :, None], k * aD.shape[1])[:, 0, 0]
+            cross = I.up_add(dots, I.up_mul(rounding, I.up(1.0 + aD.max(1, initial=0.0))))
+        total = I.up_add(total, dd, I.up_mul(2.0, cross))
+    return I.up_add(I.up(np.sqrt(total)), I.up(np.sqrt(sum_up(I.up_mul(x.b, x.b), 1))))
+
+
 def from_iv(centre: Iv, G: np.ndarray, b: np.ndarray) -> Affine:
     """The form ``centre + Σ ε_j G_j + box b`` with the centre an enclosure (its radius joins the box)."""
     c, r = centre.center_radius()
@@ -142,9 +187,11 @@ def mean_value_ln(x: Affine, params: tuple[np.ndarray, np.ndarray], eps: float) 
     ``Δx·J_c`` (J_c the exact Jacobian at c) and the rest is ``w_i·(u0_i·(Δs − Δs_lin) + Δu_i·Δs)``.
     Taylor's theorem for s in q, with ``s'' = ¾·s⁵`` at a point ≥ q_min, gives
     ``|Δs − Δs_lin| ≤ s0³·|Δu|²/(2d) + (3/8)·s_max⁵·Δq²``, ``Δq = (2u0·Δu + |Δu|²)/d``, and
-    ``u0·Δu = u0·Δx`` (u0 sums to 0) is bounded on the form's generators: a second-order remainder.
+    ``u0·Δu = u0·Δx`` (u0 sums to 0) is bounded on the form's generators (or by |u0|·|Δx|), and
+    |Δu|² coordinatewise or by :func:`norm_bound`, whichever is smaller: a second-order remainder.
     The float J replaces J_c at the cost ``Σ_j r_j·|J_c − J|_ji`` (:func:`jacobian_error`)."""
     w, bias = params
+    norm = norm_bound(x)  # ≥ |Δx|, also ≥ |Δu| (centring is an orthogonal projection)
     x = folded(x)  # |u0·Δx| below must see the diagonal block's generators too
     C, d = x.c.shape
     k = x.G.shape[1]
@@ -162,8 +209,9 @@ def mean_value_ln(x: Affine, params: tuple[np.ndarray, np.ndarray], eps: float) 
     A = I.up_add(sum_up(np.abs(proj), 1), product_error(S[:, None, :], np.abs(uc)[:, :, None], k)[:, 0, 0],
                  I.up_matmul_nonneg(S[:, None, :], ur[:, :, None])[:, 0, 0],
                  I.up_matmul_nonneg(x.b[:, None, :], u0.mag()[:, :, None])[:, 0, 0])  # ≥ |u0·Δx|
+    A = np.minimum(A, I.up_mul(I.up(np.sqrt(sum_up(square(u0).hi, 1))), norm))  # or Cauchy–Schwarz
     r_u = I.up(r + I.up(sum_up(r, 1) / d)[:, None])  # ≥ |Δu_i| = |Δx_i − mean(Δx)|
-    Q = sum_up(I.up_mul(r_u, r_u), 1)  # ≥ |Δu|²
+    Q = np.minimum(sum_up(I.up_mul(r_u, r_u), 1), I.up_mul(norm, norm))  # ≥ |Δu|², coordinatewise or by the Gram sum
     dq = I.up(I.up(I.up(2 * A) + Q) / d)  # ≥ |Δq|
     q_min = np.maximum(I.down(q0.lo - dq), 0.0)
     s_max = rsqrt(Iv(I.down(q_min + eps), I.up(q_min + eps))).hi
@@ -201,8 +249,8 @@ def apply_ln(x: Affine, params: tuple[np.ndarray, np.ndarray] | None, eps: float
     """The form of LN(x) (the mean-value form, :func:`mean_value_ln`); x itself without LayerNorm."""
     if params is None:
         return x
-    x = folded(x)  # the linear part maps every generator, the diagonal block's included
     centre, J, rem = mean_value_ln(x, params, eps)
+    x = folded(x)  # the linear part maps every generator, the diagonal block's included
     y = linear(Affine(np.zeros_like(x.c), x.G, x.b), J)
     return from_iv(centre, y.G, I.up_add(y.b, rem, add_error(y.c)))
 
