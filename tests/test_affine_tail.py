@@ -195,3 +195,24 @@ def test_norm_bound_holds_and_is_exact_for_aligned_generators():
     same = A.Affine(np.zeros((1, 8)), D8[None, None], np.zeros((1, 8)), D=D8[None])
     reach = 2 * np.linalg.norm(D8)
     assert reach <= A.norm_bound(same)[0] <= reach * (1 + 1e-12)
+
+
+def test_a_polytope_block_bounds_every_point_and_reaches_a_vertex():
+    """gen_abs: for generators whose ε lie in conv(rows of T) (the attention's pyramid), every convex
+    combination of T's rows stays within the bound, a vertex reaches it (up to the 4u slack of float
+    vertex coordinates), and it is never above the cube's Σ|G_j|; generators outside the block add
+    their Σ|G_j|."""
+    rng = np.random.default_rng(3)
+    C, k, n = 2, 7, 5
+    G = rng.normal(size=(C, k, n))
+    T = np.concatenate([[[-1.0, 0, 0, 0]], np.concatenate([np.ones((6, 1)), rng.uniform(-1, 1, (6, 3))], axis=1)])
+    bound = A.gen_abs(G, ((1, T),))
+    outside = np.abs(G[:, [0, 5, 6]]).sum(1)
+    assert np.all(bound <= A.sum_up(np.abs(G), 1)) and np.all(bound >= outside)
+    reach = outside + np.abs(np.einsum("kj,cjn->ckn", T, G[:, 1:5])).max(1)
+    assert np.all(reach <= bound) and np.all(bound <= reach * (1 + 1e-12) + 1e-12)
+    for _ in range(200):
+        alpha = rng.dirichlet(np.ones(len(T)))
+        eps = np.concatenate([rng.choice([-1.0, 1.0], size=(C, 1)), np.broadcast_to(alpha @ T, (C, 4)),
+                              rng.choice([-1.0, 1.0], size=(C, 2))], axis=1)
+        assert np.all(np.abs(np.einsum("ck,ckn->cn", eps, G)) <= bound)

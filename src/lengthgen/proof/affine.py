@@ -68,10 +68,13 @@ class Affine:
     D: np.ndarray | None = None
     R: np.ndarray | None = None
     hull: np.ndarray | None = None  # another bound of |x − c| [C, d] (a plain interval enclosure)
+    # generator blocks (start, T) whose ε lie in the polytope conv(rows of T [K, width]), not only
+    # in the cube: the attention's free-key generators (trained_affine.attention_form)
+    blocks: tuple = ()
 
     def radius(self) -> np.ndarray:
         """Upper bound of |x − c| per coordinate [C, d] (the smaller of the form's and the hull's)."""
-        r = I.up(sum_up(np.abs(self.G), 1) + self.b)
+        r = I.up(gen_abs(self.G, self.blocks) + self.b)
         if self.D is not None:  # R None: the identity (the hidden units' own generators)
             r = I.up(r + (np.abs(self.D) if self.R is None else I.up_matmul_nonneg(np.abs(self.D), np.abs(self.R))))
         return r if self.hull is None else np.minimum(r, self.hull)
@@ -79,11 +82,35 @@ class Affine:
     def rows(self, keep: np.ndarray) -> "Affine":
         """The forms of the rows ``keep`` only (a diagonal block's R is shared)."""
         pick = lambda v: None if v is None else v[keep]  # noqa: E731
-        return Affine(self.c[keep], self.G[keep], self.b[keep], pick(self.D), self.R, pick(self.hull))
+        return Affine(self.c[keep], self.G[keep], self.b[keep], pick(self.D), self.R, pick(self.hull), self.blocks)
 
     def box(self) -> Iv:
         r = self.radius()
         return Iv(I.down(self.c - r), I.up(self.c + r))
+
+
+def gen_abs(G: np.ndarray, blocks: tuple = ()) -> np.ndarray:
+    """Upper bound of |Σ_j ε_j·G_j| over the generators' set, entry by entry (G [C, k, ...]): Σ_j |G_j|
+    for free ε_j ∈ [−1, 1]; for a block (start, T) whose ε lie in conv(rows of T), the largest
+    |T_k·G_block| over its vertices (a linear function's extremes over a polytope), with the float
+    product's error, plus 4u·Σ|G_block| for vertex coordinates that are floats of exact ones
+    within 2.0001u (:func:`trained_affine.free_values`); the cube's Σ|G_block| when smaller."""
+    total = sum_up(np.abs(G), 1)
+    if not blocks:
+        return total
+    C, k = G.shape[:2]
+    flat = G.reshape(C, k, -1)
+    free = np.ones(k, dtype=bool)
+    parts = []
+    for start, T in blocks:
+        stop = start + T.shape[1]
+        free[start:stop] = False
+        gb = flat[:, start:stop]
+        cube = sum_up(np.abs(gb), 1)
+        hull = I.up_add(np.abs(T[None] @ gb), product_error(np.abs(T)[None], np.abs(gb))).max(1)
+        parts.append(np.minimum(cube, I.up_add(hull, I.up_mul(4 * I.U64, cube))))
+    out = I.up_add(sum_up(np.abs(flat[:, free]), 1), *parts)
+    return np.minimum(total, out.reshape(total.shape))
 
 
 def folded(x: Affine) -> Affine:
@@ -95,7 +122,8 @@ def folded(x: Affine) -> Affine:
         return x
     R = np.eye(x.D.shape[1]) if x.R is None else x.R
     rows = x.D[:, :, None] * R[None]  # [C, m, d]
-    return Affine(x.c, np.concatenate([x.G, rows], axis=1), I.up_add(x.b, add_error(rows, 1)), hull=x.hull)
+    return Affine(x.c, np.concatenate([x.G, rows], axis=1), I.up_add(x.b, add_error(rows, 1)), hull=x.hull,
+                  blocks=x.blocks)
 
 
 def _abs_dots(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -142,10 +170,10 @@ def norm_bound(x: Affine) -> np.ndarray:
     return I.up_add(I.up(np.sqrt(total)), I.up(np.sqrt(sum_up(I.up_mul(x.b, x.b), 1))))
 
 
-def from_iv(centre: Iv, G: np.ndarray, b: np.ndarray) -> Affine:
+def from_iv(centre: Iv, G: np.ndarray, b: np.ndarray, blocks: tuple = ()) -> Affine:
     """The form ``centre + Σ ε_j G_j + box b`` with the centre an enclosure (its radius joins the box)."""
     c, r = centre.center_radius()
-    return Affine(c, G, I.up(b + r))
+    return Affine(c, G, I.up(b + r), blocks=blocks)
 
 
 def linear(x: Affine, W: np.ndarray, bias: np.ndarray | None = None) -> Affine:
@@ -163,7 +191,7 @@ def linear(x: Affine, W: np.ndarray, bias: np.ndarray | None = None) -> Affine:
     if bias is not None:
         c = c + bias
         b = I.up_add(b, add_error(c))
-    return Affine(c, G, b)
+    return Affine(c, G, b, blocks=x.blocks)
 
 
 def ln_point_jacobian(c: np.ndarray, w: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -206,7 +234,7 @@ def mean_value_ln(x: Affine, params: tuple[np.ndarray, np.ndarray], eps: float) 
     uc, ur = u0.center_radius()
     S = sum_up(np.abs(x.G), 1)
     proj = (x.G @ uc[:, :, None])[:, :, 0]  # u0·G_j in floats [C, k]
-    A = I.up_add(sum_up(np.abs(proj), 1), product_error(S[:, None, :], np.abs(uc)[:, :, None], k)[:, 0, 0],
+    A = I.up_add(gen_abs(proj, x.blocks), product_error(S[:, None, :], np.abs(uc)[:, :, None], k)[:, 0, 0],
                  I.up_matmul_nonneg(S[:, None, :], ur[:, :, None])[:, 0, 0],
                  I.up_matmul_nonneg(x.b[:, None, :], u0.mag()[:, :, None])[:, 0, 0])  # ≥ |u0·Δx|
     A = np.minimum(A, I.up_mul(I.up(np.sqrt(sum_up(square(u0).hi, 1))), norm))  # or Cauchy–Schwarz
@@ -252,7 +280,7 @@ def apply_ln(x: Affine, params: tuple[np.ndarray, np.ndarray] | None, eps: float
     centre, J, rem = mean_value_ln(x, params, eps)
     x = folded(x)  # the linear part maps every generator, the diagonal block's included
     y = linear(Affine(np.zeros_like(x.c), x.G, x.b), J)
-    return from_iv(centre, y.G, I.up_add(y.b, rem, add_error(y.c)))
+    return from_iv(centre, y.G, I.up_add(y.b, rem, add_error(y.c)), x.blocks)
 
 
 def gelu_slope_range(l: np.ndarray, u: np.ndarray) -> Iv:
@@ -295,21 +323,22 @@ def activation(x: Affine, act: str) -> Affine:
     c = alpha * x.c + nc
     G = x.G * alpha[:, None, :]
     b = I.up_add(I.up_mul(np.abs(alpha), x.b), add_error(c), add_error(alpha * x.c), add_error(G, 1))
-    return Affine(c, G, b, D=nr)
+    return Affine(c, G, b, D=nr, blocks=x.blocks)
 
 
 def linear_out(x: Affine, W: np.ndarray, bias: np.ndarray) -> Affine:
     """``x @ W + bias`` for a form whose diagonal block came from :func:`activation`: the block's
     generators become ``D_i·W[i]`` (exact, kept factored)."""
-    y = linear(Affine(x.c, x.G, x.b), W, bias)
-    return Affine(y.c, y.G, y.b, D=x.D, R=W)
+    y = linear(Affine(x.c, x.G, x.b, blocks=x.blocks), W, bias)
+    return Affine(y.c, y.G, y.b, D=x.D, R=W, blocks=x.blocks)
 
 
 def add(x: Affine, y: Affine) -> Affine:
     """The sum of two forms over the same ε (y may carry the diagonal block)."""
+    assert len(x.blocks) == len(y.blocks) and all(a[0] == b[0] and a[1] is b[1] for a, b in zip(x.blocks, y.blocks))
     c, G = x.c + y.c, x.G + y.G
     b = I.up_add(x.b, y.b, add_error(c), add_error(G, 1))
-    return Affine(c, G, b, D=y.D, R=y.R)
+    return Affine(c, G, b, D=y.D, R=y.R, blocks=x.blocks)
 
 
 def differences(x: Affine, ln: tuple[np.ndarray, np.ndarray] | None, eps: float, W_U: np.ndarray, b_U: np.ndarray,
@@ -333,7 +362,7 @@ def differences(x: Affine, ln: tuple[np.ndarray, np.ndarray] | None, eps: float,
     rad = I.up_add(rad, I.up_matmul_nonneg(r[:, None, :], F_err)[:, 0])
     G = x.G @ F  # [C, k, V]
     S = sum_up(np.abs(x.G), 1)
-    rad = I.up_add(rad, sum_up(np.abs(G), 1), product_error(S[:, None, :], np.abs(F), x.G.shape[1])[:, 0],
+    rad = I.up_add(rad, gen_abs(G, x.blocks), product_error(S[:, None, :], np.abs(F), x.G.shape[1])[:, 0],
                    I.up_matmul_nonneg(x.b[:, None, :], np.abs(F))[:, 0])
     if x.D is not None:
         RF = x.R[None] @ F  # [C, m, V]

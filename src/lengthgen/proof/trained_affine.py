@@ -12,7 +12,10 @@ So ``s = v_free − v_fixed ∈ m ± R + Σ_i τ_i·h_i·b_i`` (m, R: centre and
 
 an affine form with 1 + (rank of the free values) generators per head, along the free values'
 principal axes in the span of W_O[h]: far tighter than the d_model-dimensional box of the plain
-pass. :func:`affine_differences` pushes it through LN2,
+pass. Its generators' ε do not fill the cube: with μ = λ/λ⁺ ∈ [0, 1] and τ(v) the coordinates of
+v_free (a convex combination of the coordinates τ_k of the values a free key can carry),
+(τ, ε) = (2μ − 1, μ·τ(v)) lies in the pyramid conv{(−1, 0), (1, τ_k)}: a block whose vertices
+:func:`lengthgen.proof.affine.gen_abs` uses (a linear function is extreme at a vertex). :func:`affine_differences` pushes it through LN2,
 the MLP, the final LN and the unembedding with :mod:`lengthgen.proof.affine`.
 """
 from __future__ import annotations
@@ -37,7 +40,7 @@ def attention_form(cert, heads: list[dict], slots, tq: np.ndarray, resid: Iv) ->
     """The residual after attention, ``resid + b_O + Σ_h head_h``, as an affine form [C, d]."""
     w: OneLayer = cert.w
     centre = resid + w.b_O
-    gens, box = [], np.zeros(resid.shape)
+    gens, blocks, box = [], [], np.zeros(resid.shape)
     plain = centre
     for h, k in enumerate(heads):
         plain = plain + cert._head(k, slots, tq)[0]
@@ -52,11 +55,12 @@ def attention_form(cert, heads: list[dict], slots, tq: np.ndarray, resid: Iv) ->
         gm, gr = g.center_radius()
         centre = centre + Iv.exact(gm)
         rows = lam[:, None, None] * free["gens"][None]  # λ⁺·h_i·b_i·W_O[h], one rounding each
+        blocks.append((sum(g.shape[1] for g in gens), free["vertices"]))
         gens += [gm[:, None, :], rows]
         box = I.up_add(box, I.up_mul(2.0, gr), A.add_error(rows, 1), I.up_mul(lam[:, None], free["gens_err"][None]),
                        I.up_matmul_nonneg(I.up_mul(lam[:, None], R), np.abs(w.W_O[h])))
     G = np.concatenate(gens, axis=1) if gens else np.zeros((len(tq), 0, resid.shape[-1]))
-    x = A.from_iv(centre, G, box)
+    x = A.from_iv(centre, G, box, tuple(blocks))
     x.hull = I.up(np.maximum(I.up(plain.hi - x.c), I.up(x.c - plain.lo)))  # the plain pass's box
     return x
 
@@ -82,7 +86,11 @@ def free_values(value: Iv, free: list[tuple[np.ndarray, int]], W_O: np.ndarray) 
     centre = Iv(e.lo.min(axis=0), e.hi.max(axis=0)) + mean + I.matmul(tc[None], B)[0]
     hbw = I.matmul(Iv.exact(h[:, None]) * Iv.exact(B), W_O)
     gm, gr = hbw.center_radius()
-    return {"centre": centre, "gens": gm, "gens_err": A.sum_up(gr, 0)}
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tau = np.where(h > 0, (t - tc) / h, 0.0)  # within 2.0001u of the exact (t_k − tc)/h
+    vertices = np.concatenate([np.concatenate([[-1.0], np.zeros(len(h))])[None],
+                               np.concatenate([np.ones((len(tau), 1)), tau], axis=1)])
+    return {"centre": centre, "gens": gm, "gens_err": A.sum_up(gr, 0), "vertices": vertices}
 
 
 def tail_forms(w: OneLayer, x: A.Affine, y: A.Affine | None = None) -> list[tuple[str, A.Affine]]:
