@@ -231,6 +231,8 @@ def two_layer_checkpoint(tmp_path):
     (["--checkpoint", "no/such/dir", "--digits", "3"], "no such checkpoint"),
     (["--checkpoint", "checkpoints/addition_coupled_1l2h", "--digits", "x"], "expected a whole number in digits 0-9"),
     (["--checkpoint", "checkpoints/addition_coupled_1l2h", "--digits", "3", "--tail", "box"], "invalid choice"),
+    (["--checkpoint", "checkpoints/addition_coupled_1l2h", "--digits", "3", "--max-width", "2", "--widen-to", "1"],
+     "--widen-to 1 is below --max-width 2"),
 ])
 def test_cli_bad_input_is_one_line(argv, message, capsys):
     assert_one_line_error(cli.main, argv, cli.PROG, message, capsys)
@@ -257,3 +259,16 @@ def test_near_ties_within_the_decision_margin_are_not_proven():
         model.unembed.b_U[7] += smallest - 0.0005
     out = assert_sound(model, n, pairs, exhaustive=True)
     assert out["accuracy"] < 1 and out["verdict"] != "PROVEN_EXACT"
+
+
+def test_a_position_left_unproven_is_certified_again_with_a_wider_window():
+    """The unscaled checkpoint at 2 digits with one-significance windows: answer position 0 leaves
+    every configuration unproven (mass 1, the other significance's keys are free); widened to two
+    significances (no key is free) it is proven whole, the same run as --max-width 2."""
+    model, _, _ = load_checkpoint("checkpoints/addition_coupled_1l2h_unscaled", 2)
+    narrow = cli.certify(model, 2, START, max_width=1, positions=[0])[0]
+    assert narrow.window == (0, 0) and narrow.proven == 0 and narrow.unproven_mass == 1
+    wide = cli.certify(model, 2, START, max_width=1, widen_to=3, positions=[0])[0]
+    assert wide.window == (0, 1) and wide.proven == wide.configurations == 8100 and wide.unproven_mass == 0
+    direct = cli.certify(model, 2, START, max_width=2, positions=[0])[0]
+    assert (direct.window, direct.proven, direct.unproven_mass) == (wide.window, wide.proven, wide.unproven_mass)

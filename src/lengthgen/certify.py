@@ -49,22 +49,36 @@ def float_below(x: Fraction) -> float:
 
 def certify(model: torch.nn.Module, n: int, start: int, *, max_width: int = 2, margin: float = DECISION_MARGIN,
             progress: bool = False, keep_enclosures: bool = False, tail: str = "both",
-            positions: list[int] | None = None) -> list[PositionResult]:
+            positions: list[int] | None = None, widen_to: int | None = None) -> list[PositionResult]:
     """Certificate results of every answer position r = 0 … N + 1 of N-digit coupled addition
     (``keep_enclosures``: each also keeps its configurations' logit-difference enclosures;
     ``tail``: "both" runs the affine tail on what the plain interval pass leaves unproven,
     "interval" the plain pass only, "affine" the affine tail only; ``positions``: only these answer
-    positions, for tests and figures — the bound needs them all)."""
+    positions, for tests and figures — the bound needs them all; ``widen_to``: an answer position
+    left with unproven configurations is certified again with a window one significance wider, up
+    to this width, and the run with the least unproven mass is kept: each run is a proof of its own
+    about that position, so the bound may use either)."""
     w = OneLayer.from_model(model)
     lay = Layout(n, start, ADDITION.EOS, ADDITION.PLUS, ADDITION.EQUALS)
-    cert = PositionCertifier(w, Tables.build(w), lay, max_width=max_width, margin=margin,
-                             keep_enclosures=keep_enclosures, tail=tail)
+    tables = Tables.build(w)
+    certifiers = {width: PositionCertifier(w, tables, lay, max_width=width, margin=margin,
+                                           keep_enclosures=keep_enclosures, tail=tail)
+                  for width in range(max_width, max(max_width, widen_to or 0) + 1)}
     positions = range(n + 2) if positions is None else positions
     if progress:
         from tqdm import tqdm
 
         positions = tqdm(positions, desc="certifying", unit="position", file=sys.stderr, dynamic_ncols=True)
-    return [cert.certify(r) for r in positions]
+    results = []
+    for r in positions:
+        best = certifiers[max_width].certify(r)
+        for width in range(max_width + 1, max(certifiers) + 1):
+            if best.unproven_mass == 0 or width > n:
+                break
+            wider = certifiers[width].certify(r)
+            best = wider if wider.unproven_mass < best.unproven_mass else best
+        results.append(best)
+    return results
 
 
 def find_counterexamples(model: torch.nn.Module, n: int, start: int, results: list[PositionResult], limit: int,
@@ -136,6 +150,9 @@ def parser() -> OneLineParser:
     p.add_argument("--samples", type=int, default=0, help="also report lengthgen.evaluate's sampled exact match")
     p.add_argument("--max-width", type=int, default=2, help="significances per local configuration window "
                    "(cost grows 55× per extra one)")
+    p.add_argument("--widen-to", type=int, default=None, metavar="W",
+                   help="certify an answer position left with unproven configurations again with a window one "
+                   "significance wider, up to W significances (55× the configurations per step; off by default)")
     p.add_argument("--tail", default="both", choices=["both", "interval", "affine"],
                    help="after attention: plain intervals, then affine forms on what they leave unproven (both, "
                    "the default); or only one of the two")
@@ -164,6 +181,9 @@ def _main(argv: list[str] | None) -> int:
         if args.digits < 1 or args.samples < 0 or args.max_width < 1 or args.threads < 1 or args.counterexamples < 0:
             raise DataError("--digits, --max-width and --threads must be at least 1; --samples and "
                             "--counterexamples at least 0")
+        if args.widen_to is not None and args.widen_to < args.max_width:
+            raise DataError(f"--widen-to {args.widen_to} is below --max-width {args.max_width}: it is the widest "
+                            "window to try, so at least the starting one")
         torch.set_num_threads(args.threads)
         model, desc = load_for_eval(args.checkpoint, args.digits, device=args.device)
         if desc["task"] != "addition" or desc["positions"] != "coupled":
@@ -172,7 +192,8 @@ def _main(argv: list[str] | None) -> int:
         task_batches.check_digits("addition", "coupled", model.cfg.n_ctx, args.digits, str(args.checkpoint))
         start = task_batches.EVAL_STARTS["addition"]
         progress = sys.stderr.isatty() and not args.no_progress
-        results = certify(model, args.digits, start, max_width=args.max_width, progress=progress, tail=args.tail)
+        results = certify(model, args.digits, start, max_width=args.max_width, progress=progress, tail=args.tail,
+                          widen_to=args.widen_to)
         examples = find_counterexamples(model, args.digits, start, results, args.counterexamples)
         out = {"checkpoint": desc["name"], "start": start, "dtype": "real", **summarize(args.digits, results, examples)}
         if args.samples:
