@@ -107,8 +107,10 @@ def gen_abs(G: np.ndarray, blocks: tuple = ()) -> np.ndarray:
         free[start:stop] = False
         gb = flat[:, start:stop]
         cube = sum_up(np.abs(gb), 1)
-        hull = I.up_add(np.abs(T[None] @ gb), product_error(np.abs(T)[None], np.abs(gb))).max(1)
-        parts.append(np.minimum(cube, I.up_add(hull, I.up_mul(4 * I.U64, cube))))
+        # the float products' error, Higham's γ·Σ_j |T_kj|·|G_j| ≤ γ·max|T|·Σ_j |G_j| for every vertex
+        gamma = I.up(2 * I.gamma(T.shape[1] + 2) * float(I.up(np.abs(T).max(initial=0.0))))
+        slack = I.up_add(I.up_mul(gamma + 4 * I.U64, cube), T.shape[1] * 4 * I.TINY)
+        parts.append(np.minimum(cube, I.up_add(np.abs(T[None] @ gb).max(1), slack)))
     out = I.up_add(sum_up(np.abs(flat[:, free]), 1), *parts)
     return np.minimum(total, out.reshape(total.shape))
 

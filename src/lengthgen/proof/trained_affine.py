@@ -89,7 +89,7 @@ def free_values(value: Iv, free: list[tuple[np.ndarray, int]], W_O: np.ndarray) 
     with np.errstate(invalid="ignore", divide="ignore"):
         tau = np.where(h > 0, (t - tc) / h, 0.0)  # within 2.0001u of the exact (t_k − tc)/h
     vertices = np.concatenate([np.concatenate([[-1.0], np.zeros(len(h))])[None],
-                               np.concatenate([np.ones((len(tau), 1)), tau], axis=1)])
+                               np.unique(np.concatenate([np.ones((len(tau), 1)), tau], axis=1), axis=0)])
     return {"centre": centre, "gens": gm, "gens_err": A.sum_up(gr, 0), "vertices": vertices}
 
 
