@@ -158,15 +158,15 @@ def norm_bound(x: Affine) -> np.ndarray:
     if x.D is not None:
         aD = np.abs(x.D)
         if x.R is None:  # the identity rows: D_i·D_l·δ_il and G_j·e_i = G_ji
-            dd, cross = sum_up(aD * aD, 1), sum_up(I.up_mul(np.abs(x.G), aD[:, None, :]).reshape(len(aD), -1), 1)
+            dd, cross = sum_up(I.up_mul(aD, aD), 1), sum_up(I.up_mul(np.abs(x.G), aD[:, None, :]).reshape(len(aD), -1), 1)
         else:
             dd = I.up_matmul_nonneg(I.up_matmul_nonneg(aD[:, None, :], _row_gram(x.R)[None]), aD[:, :, None])[:, 0, 0]
             # Σ_ji |D_i|·|G_j·R_i|: the float dots, then their rounding summed before it is formed,
             # Σ_ji |D_i|·γ|G_j|·|R_i| = γ·(Σ_j |G_j|)·(|R|ᵀ|D|) (product_error's bound, weighted)
             dots = sum_up(I.up_mul(np.abs(x.G @ x.R.T), aD[:, None, :]).reshape(len(aD), -1), 1)
             weight = I.up_matmul_nonneg(np.abs(x.R).T[None], aD[:, :, None])[:, :, 0]  # [C, d]
-            k, d = x.G.shape[1:]
-            rounding = product_error(sum_up(np.abs(x.G), 1)[:, None, :], weight[:, :, None], k * aD.shape[1])[:, 0, 0]
+            terms = x.G.shape[1] * aD.shape[1]
+            rounding = product_error(sum_up(np.abs(x.G), 1)[:, None, :], weight[:, :, None], terms)[:, 0, 0]
             cross = I.up_add(dots, I.up_mul(rounding, I.up(1.0 + aD.max(1, initial=0.0))))
         total = I.up_add(total, dd, I.up_mul(2.0, cross))
     return I.up_add(I.up(np.sqrt(total)), I.up(np.sqrt(sum_up(I.up_mul(x.b, x.b), 1))))
