@@ -2,6 +2,7 @@
 
     nice -n 10 python bench/bench_certify_trained.py                 # committed checkpoints, N = 5, 10, 15
     nice -n 10 python bench/bench_certify_trained.py --digits 2 3 --exhaustive
+    nice -n 10 python bench/bench_certify_trained.py --checkpoints addition_coupled_1l2h_packed_200 --digits 3 --widen-to 3 --exhaustive
 
 Per checkpoint and length: the proven lower bound, lengthgen.evaluate's sampled exact match (1000
 samples), configurations proven / not proven, seconds. With ``--exhaustive`` (N ≤ 3: 810 000 pairs
@@ -42,6 +43,7 @@ def main() -> None:
     p.add_argument("--digits", nargs="*", type=int, default=[5, 10, 15])
     p.add_argument("--samples", type=int, default=1000)
     p.add_argument("--exhaustive", action="store_true")
+    p.add_argument("--widen-to", type=int, default=None, help="as lengthgen.certify --widen-to")
     p.add_argument("--tail", default="both", choices=["interval", "both", "affine"],
                    help="both: the affine tail on what plain intervals leave unproven (the default of lengthgen.certify)")
     args = p.parse_args()
@@ -53,7 +55,7 @@ def main() -> None:
         for n in args.digits:
             model, _, _ = load_checkpoint(name if name == "construction" else f"checkpoints/{name}", n)
             t0 = time.perf_counter()
-            results = certify(model, n, start, tail=args.tail)
+            results = certify(model, n, start, tail=args.tail, widen_to=args.widen_to)
             out = summarize(n, results, find_counterexamples(model, n, start, results, 5))
             seconds = time.perf_counter() - t0
             sampled = evaluate(model, "coupled", [n], args.samples)[0]["exact_match"]
