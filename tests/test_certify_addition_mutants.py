@@ -6,6 +6,7 @@ classes and local configurations of the construction worked out by hand (docs/th
 or P = ⌊(d − 17)/2⌋."""
 from __future__ import annotations
 
+import copy
 import dataclasses
 import re
 
@@ -326,3 +327,38 @@ def test_the_local_configurations_are_every_digit_combination(k: int) -> None:
     if k == -1:
         assert set(query.tolist()) == {ADDITION.EQUALS}
         assert all(t == (dict(a)[0] + dict(b)[0]) % 10 for a, b, _, _, t in rows)
+
+
+def test_the_positional_effect_is_the_hard_max_residual_of_the_position_rows() -> None:
+    """position_effect encloses the part of the hard-max residual that comes from the position rows:
+    W_pos[query] plus, per head, the mean over its attended set of W_pos[key]·W_V·W_O (``$`` among
+    them). The built model's values read no position coordinate, so W_V is given some here
+    (0.3·POS_1[0] and −0.2·POS_2[1] into value coordinate 4, which W_O writes to PRE_SUM and
+    PRE_CARRY), and the row of ID 0 (``$``'s) a NUM of 0.5 that the values read; the oracle is the
+    float64 hard-max pass on the sets the model attends, run with W_E and every bias zeroed."""
+    from constructions.addition.certify.margins import Layout, Weights, position_effect
+    from forward_oracle import hardmax64
+    from lengthgen.proof.attention import head_bounds
+
+    model = _model()
+    names = model.annotations.residual
+    with torch.no_grad():
+        for h, (dim, w) in enumerate((("POS_1[0]", 0.3), ("POS_2[1]", -0.2))):
+            model.blocks[0].attn.W_V[h, names.index(dim), 4] += w
+        model.pos_embed.W_pos[0, names.index("NUM")] = 0.5
+    W = Weights.from_model(model)
+    L = Layout.build(N, START_ID)
+    table, m_max = L.positions_by_id()
+    effect = position_effect(W, L, [head_bounds(W, L, h, table, m_max, {}) for h in range(W.W_Q.shape[0])])
+    bare = copy.deepcopy(model)
+    with torch.no_grad():
+        for name, p in bare.named_parameters():
+            if name == "embed.W_E" or ".b_" in name or name.startswith("b_"):
+                p.zero_()
+    moved = 0.0
+    for a, b in PAIRS:
+        _, S, _, q, _, tok, pos = addition_passes(model, a, b, START_ID)
+        want = hardmax64(bare, tok, pos, S)["resid_mid"][q]
+        assert np.all(effect.lo - 1e-12 <= want) and np.all(want <= effect.hi + 1e-12), (a, b)
+        moved = max(moved, float(np.abs(want - W.W_pos[L.ids[L.queries]]).max()))
+    assert moved > 0.1  # the value path of the position rows is really there
