@@ -2,6 +2,7 @@
 
     python -m lengthgen.certify --checkpoint checkpoints/addition_coupled_1l2h_packed --digits 15 [--json] [--samples 1000]
     python -m lengthgen.certify --checkpoint construction --digits 1000
+    python -m lengthgen.certify --checkpoint checkpoints/addition_coupled_1l2h_packed --digits 3 --widen-to 3
 
 Statement (docs/certificate.md, "Trained models"): over the N-digit operand pairs that
 ``python -m lengthgen.evaluate`` samples (uniform, leading digits non-zero when N > 1, coupled IDs
