@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Hashable, Sequence
 
 import torch
 
@@ -70,7 +70,7 @@ class CompiledTransformer:
         try:
             return [self.bos_id] + [self._token_ids[t] for t in tokens]
         except (KeyError, TypeError):
-            bad = next(t for t in tokens if t not in self._token_ids)
+            bad = next(t for t in tokens if not isinstance(t, Hashable) or t not in self._token_ids)
             raise CompileError(f"token {bad!r} is not in the compiled vocabulary") from None
 
     def decode(self, logits: torch.Tensor) -> list:
