@@ -35,12 +35,17 @@ def test_arguments_and_tokens_are_checked():
         with pytest.raises(CompileError, match="^the vocabulary must be non-empty and without repeats$"):
             compile_to_transformer(program, vocab, 4)
     ct = compile_to_transformer(program, VOCAB, 4)
-    for xs in ([7], [0, 7], [1, 2, [3]]):
-        bad = xs[-1]
-        with pytest.raises(CompileError, match=re.escape(f"token {bad!r} is not in the compiled vocabulary")):
+    for xs in ([7], [0, 7]):
+        with pytest.raises(CompileError, match=re.escape(f"token {xs[-1]!r} is not in the compiled vocabulary")):
             ct.run(xs)
     with pytest.raises(CompileError, match="5 tokens exceed max_seq_len=4"):
         ct.run([0] * 5)
+
+
+def test_an_unhashable_token_is_named():
+    ct = compile_to_transformer(Map(lambda t: t, tokens), VOCAB, 4)
+    with pytest.raises(CompileError, match=re.escape("token [3] is not in the compiled vocabulary")):
+        ct.run([1, 2, [3]])
 
 
 def test_a_tie_decodes_as_undecided():
