@@ -1,0 +1,86 @@
+"""rasp.weights MLPs: affine maps by definition, lookups over ordinal and numerical inputs, and
+the value sets of numerical means (docs/turing-programs.md, "Value sets", "MLPs", "Linear maps",
+"Not compiled"); outputs against the RASP interpreter's dense path (``evaluate(fast=False)``),
+messages against the documented wording.
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from rasp import lib
+from rasp.core import Aggregate, Comparison, Map, Select, SequenceMap, indices, numerical, tokens
+from rasp.evaluate import evaluate
+from rasp.tracr_ops import LinearSequenceMap
+from rasp.weights import CompileError, compile_to_transformer
+
+VOCAB = [0, 1, 2, 3]
+INPUTS = [[0, 1, 0, 3, 2, 1], [3, 3, 1, 2, 0, 0, 1, 2, 2, 3, 0], [2], [1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]]
+
+
+def _agree(program, n, causal, inputs=INPUTS):
+    ct = compile_to_transformer(program, VOCAB, n, causal=causal)
+    for xs in inputs:
+        want = list(evaluate(program, xs, causal=causal, fast=False).column(program))
+        got = ct.run(xs)
+        if ct.program.output.numerical:
+            assert got == pytest.approx(want, abs=1e-9), xs
+        else:
+            assert got == want, xs
+    return ct
+
+
+def _frac(value):
+    return numerical(Aggregate(Select(indices, indices, Comparison.LEQ), numerical(value), default=0))
+
+
+@pytest.mark.parametrize("n", [12, 40])
+@pytest.mark.parametrize("causal", [True, False])
+def test_maps_that_are_affine_by_definition(n, causal):
+    """``+``, ``-``, unary ``-`` and LinearSequenceMap: their forms are taken from the definition."""
+    shifted = lib.shift_right(tokens, 1, 0)
+    for program in (tokens + indices, indices - tokens, -shifted, shifted + tokens,
+                    LinearSequenceMap(shifted, indices, 2, -3), Map(lambda v: v, -(shifted + indices))):
+        _agree(program, n, causal)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_lookups_over_ordinal_and_numerical_inputs(causal):
+    """At 40 positions ``lasts`` is ordinal: its lookups read its code offset from the smallest."""
+    last = lib.lasts(tokens, tokens)
+    ct = _agree(Map(lambda j: (j * 7) % 5, last), 40, causal)
+    assert ct.program.by_uid[last.uid].encoding == "ordinal"
+    _agree(SequenceMap(lambda j, t: (j + 3 * t) % 7, last, tokens), 40, causal)
+    _agree(SequenceMap(lambda t, j: (j * t) % 5, Map(lambda t: t + 100, tokens), last + 60), 40, causal)
+    frac = _frac(Map(lambda t: 1 if t == 2 else 0, tokens))
+    _agree(Map(lambda f: int(f * 1000) % 7, frac), 12, causal)
+
+
+def test_numerical_means_take_every_average_up_to_64_positions():
+    """A lookup over a mean of {0, 1} values needs every average i/w, w <= max_seq_len: one hit at
+    the last of 12 positions is 1/12; at 64 positions they are still enumerated, past it not."""
+    frac = _frac(Map(lambda t: 1 if t == 2 else 0, tokens))
+    lookup = Map(lambda f: int(f * 1000) % 7, frac)
+    ones = [[0] * (k - 1) + [2] for k in (1, 2, 11, 12)] + [[2] + [0] * 11, [2, 2] + [0] * 9]
+    _agree(lookup, 12, True, ones)
+    _agree(lookup, 12, False, ones)
+    _agree(lookup, 64, True, [[0] * 63 + [2], [2] + [0] * 63])
+    with pytest.raises(CompileError, match=re.escape("enumerated only up to max_seq_len = 64 (here 65)")):
+        compile_to_transformer(lookup, VOCAB, 65)
+    wide = _frac(Map(lambda t: 2 * t, tokens))
+    with pytest.raises(CompileError, match="whose values are not all in \\{0, 1\\}, so the set of possible "
+                                           "averages is not enumerated"):
+        compile_to_transformer(Map(lambda f: f > 1, wide), VOCAB, 8)
+    pair = lib.make_pair(wide.named("wide"), tokens)
+    with pytest.raises(CompileError, match="its part 'wide': it is a numerical mean of"):
+        compile_to_transformer(Map(lambda p: p[1], pair), VOCAB, 8)
+
+
+def test_affine_forms_print_fractions():
+    """A numerical max of {0, 1} values, halved and raised by 3/4: the form 1/2*m + 3/4."""
+    m = numerical(Aggregate(Select(tokens, tokens, Comparison.LEQ),
+                            numerical(Map(lambda t: 1 if t == 2 else 0, tokens)), reduce="max", default=0)).named("m")
+    program = numerical(Map(lambda v: v / 2 + 0.75, m)).named("y")
+    ct = _agree(program, 12, True)
+    assert "  y = 1/2*m + 3/4" in ct.describe().splitlines()
