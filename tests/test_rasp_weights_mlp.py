@@ -84,3 +84,12 @@ def test_affine_forms_print_fractions():
     program = numerical(Map(lambda v: v / 2 + 0.75, m)).named("y")
     ct = _agree(program, 12, True)
     assert "  y = 1/2*m + 3/4" in ct.describe().splitlines()
+
+
+def test_an_affine_map_past_the_lookup_limit_takes_the_range_of_its_corners():
+    """lasts + firsts at 700 positions: 701 x 701 pairs (values -1..699, the default -1 included)
+    exceed LOOKUP_MAX = 400,000, so the value set is the integer range between the corners,
+    -2..1398, and the identity table on it is exact."""
+    program = lib.lasts(tokens, tokens) + lib.firsts(tokens, tokens)
+    ct = _agree(program, 700, False)
+    assert ct.program.output.values == list(range(-2, 1399))
