@@ -93,3 +93,14 @@ def test_an_affine_map_past_the_lookup_limit_takes_the_range_of_its_corners():
     program = lib.lasts(tokens, tokens) + lib.firsts(tokens, tokens)
     ct = _agree(program, 700, False)
     assert ct.program.output.values == list(range(-2, 1399))
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_the_input_order_with_the_fewest_changes_is_kept(causal):
+    """f(a, b) = a*a % 5 reads only a (tokens 0..3: outputs 0, 1, 4, 4): with a as the most
+    significant input the table steps twice, two units per step (docs, "MLPs"), so 4 units in
+    either argument order; b most significant would step at every a."""
+    shifted = lib.shift_right(tokens, 1, 0)
+    for program in (SequenceMap(lambda a, b: (a * a) % 5, shifted, tokens),
+                    SequenceMap(lambda b, a: (a * a) % 5, tokens, shifted)):
+        assert _agree(program, 8, causal, [x[:8] for x in INPUTS]).stats["mlp_units"] == 4
