@@ -104,3 +104,11 @@ def test_the_input_order_with_the_fewest_changes_is_kept(causal):
     for program in (SequenceMap(lambda a, b: (a * a) % 5, shifted, tokens),
                     SequenceMap(lambda b, a: (a * a) % 5, tokens, shifted)):
         assert _agree(program, 8, causal, [x[:8] for x in INPUTS]).stats["mlp_units"] == 4
+
+
+def test_numbers_that_float64_merges_are_refused_in_a_lookup():
+    """2^53 and 2^53 + 1 are one float64: a lookup that must tell them apart is refused."""
+    big = numerical(Map(lambda t: 2**53 + t, tokens))
+    m = numerical(Aggregate(Select(tokens, tokens, Comparison.EQ), big, reduce="max", default=2**53))
+    with pytest.raises(CompileError, match="two inputs share one numeric key; cannot tabulate"):
+        compile_to_transformer(Map(lambda v: v % 2, m), VOCAB, 8)
