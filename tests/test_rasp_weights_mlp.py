@@ -112,3 +112,38 @@ def test_numbers_that_float64_merges_are_refused_in_a_lookup():
     m = numerical(Aggregate(Select(tokens, tokens, Comparison.EQ), big, reduce="max", default=2**53))
     with pytest.raises(CompileError, match="two inputs share one numeric key; cannot tabulate"):
         compile_to_transformer(Map(lambda v: v % 2, m), VOCAB, 8)
+
+
+def test_lookups_name_their_op_and_read_tuples_in_order():
+    """A tuple argument before a plain one (the flat part values regrouped in order), the
+    lookup's description, and each block's node (rasp/weights/mlp.py, MLPBlock)."""
+    shifted = lib.shift_right(tokens, 1, 0).named("s")
+    pair = lib.make_pair(shifted, Map(lambda t: t % 2, shifted).named("p"))
+    program = SequenceMap(lambda ab, t: 9 * ab[0] + 3 * ab[1] + t, pair, tokens).named("f")
+    ct = _agree(program, 12, True)
+    blocks = [b for bl in ct.mlps for b in bl]
+    assert [b.node.label for b in blocks] == ["p", "f"]
+    assert [b.text for b in blocks] == ["MLP lookup table: p = Map(s)",
+                                        f"MLP lookup table: f = SequenceMap({pair.label}, tokens)"]
+    assert f"layer 1 MLP ({len(blocks[1].units)} units): {blocks[1].text}" in ct.describe().splitlines()
+    width = compile_to_transformer(lib.make_hist().named("h"), VOCAB, 8, causal=False)
+    assert [b.node.label for bl in width.mlps for b in bl] == ["h"]
+    assert [b.text for bl in width.mlps for b in bl] == ["MLP decode w from 1/(w+1): h"]
+
+
+def test_a_numerical_input_beside_another_is_refused():
+    frac = _frac(Map(lambda t: 1 if t == 2 else 0, tokens))
+    with pytest.raises(CompileError, match=re.escape(": a non-linear function of a numerical s-op and another "
+                                                     "s-op has no exact lookup MLP (make the inputs categorical)")):
+        compile_to_transformer(SequenceMap(lambda f, t: f * t, frac, tokens), VOCAB, 8)
+
+
+def test_values_are_ordered_and_hashable():
+    """Numbers in numeric order (10 after 2), mixed types by type name then repr; a list value
+    cannot be one-hot encoded."""
+    labels = compile_to_transformer(Map(lambda t: t, tokens), list(range(12)), 4).residual_labels
+    assert labels[2:14] == [f"tokens:{i}" for i in range(12)]
+    labels = compile_to_transformer(Map(lambda t: t, tokens), ["b", 1, "a"], 4).residual_labels
+    assert labels[2:5] == ["tokens:1", "tokens:a", "tokens:b"]
+    with pytest.raises(CompileError, match=re.escape("unhashable value [0] cannot be one-hot encoded")):
+        compile_to_transformer(Map(lambda t: [t], tokens), VOCAB, 4)
