@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from rasp import lib
-from rasp.core import Aggregate, Comparison, Map, Select, SequenceMap, indices, numerical, tokens
+from rasp.core import Aggregate, Comparison, Map, Select, SequenceMap, indices, length, numerical, tokens
 from rasp.evaluate import evaluate
 from rasp.tracr_ops import LinearSequenceMap
 from rasp.weights import UNDECIDED_VALUE, CompileError, compile_to_transformer
@@ -79,7 +79,10 @@ def test_labels_follow_the_residual_layout():
     y = numerical(Map(lambda t: t + 0.5, tokens)).named("x:1")
     with pytest.raises(CompileError, match=re.escape("two residual dimensions would both be named 'x:1'")):
         compile_to_transformer(SequenceMap(lambda a, b: a, x, y), VOCAB, 4)
-    # folded (opp_idx) and linear (bal) s-ops own no dimension
+    # tuples, folded (opp_idx) and linear (bal) s-ops own no dimension
+    pair = lib.make_pair(tokens, indices).named("pair")
+    labels = compile_to_transformer(Map(lambda p: p[0] + p[1], pair), VOCAB, 4).residual_labels
+    assert not any(lab.startswith("pair") for lab in labels)
     reverse = compile_to_transformer(lib.make_reverse(tokens), VOCAB, 8, causal=False)
     assert not any(lab.split(":")[0] in ("opp_idx", "opp_idx^2") for lab in reverse.residual_labels)
     assert "bal" not in {lab.split(":")[0] for lab in _balance().residual_labels}
@@ -129,6 +132,15 @@ def test_sizes_match_the_documented_table(name, program, row):
     """docs/turing-programs.md, section 6: max_seq_len = 64, vocabulary a b x ( )."""
     stats = compile_to_transformer(program, ["a", "b", "x", "(", ")"], 64).stats
     assert (stats["layers"], stats["heads"], stats["d_model"], stats["d_mlp"], stats["params"]) == row, name
+
+
+def test_causal_length_is_a_position_embedding():
+    """Causal ``length`` is p + 1, a function of the position alone: W_pos, no head ("Embeddings");
+    a model without heads or MLP units keeps one of each, all zero."""
+    ct = compile_to_transformer(length, VOCAB, 6)
+    assert ct.describe().splitlines()[1] == "  W_pos: length (onehot, 6 values)"
+    assert (ct.stats["heads"], ct.stats["d_head"], ct.stats["d_mlp"], ct.stats["layers"]) == (0, 1, 1, 1)
+    assert ct.run([3, 1, 2]) == [1, 2, 3]
 
 
 def test_float32_is_compiled_as_float32():

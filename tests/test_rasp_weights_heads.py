@@ -87,8 +87,10 @@ def test_defaults_reach_every_reader():
     above = Select(tokens, tokens, Comparison.GT)
     for default in (2, 7):
         agg = Aggregate(above, tokens, reduce="min", default=default)
-        _agree(Map(lambda v: (v * 3) % 5, agg), xs_list, False)
-        _agree(Map(lambda v: (v * 3) % 5, agg), xs_list, True)
+        for program in (Map(lambda v: (v * 3) % 5, agg), SequenceMap(lambda a, t: (a + t) % 4, agg, tokens),
+                        SelectorWidth(Select(agg, agg, Comparison.EQ))):
+            _agree(program, xs_list, False)
+            _agree(program, xs_list, True)
     last = Aggregate(above, indices, reduce="max", default=5)             # values 0..39: ordinal
     for sel in (Select(last, indices, Comparison.EQ), Select(indices, last, Comparison.EQ)):
         ct = _agree(Aggregate(sel, tokens, reduce="max", default=-1), xs_list, False, n=40)
@@ -120,8 +122,13 @@ def test_aggregates_share_a_head_only_with_one_selector_and_reduction():
     means = SequenceMap(lambda a, b: 10 * a + b, Aggregate(same, tokens, default=0),
                         Aggregate(same, Map(lambda t: 3 - t, tokens), default=0))
     ct = _agree(means, [XS, [2, 2]], True)
+    assert ct.stats["heads_per_layer"][0] == 1
+    first, second = ct.heads[0][0].text.split("; ")
+    assert first.startswith(f"{means.fst.label} = Aggregate(") and second.startswith(f"{means.snd.label} = Aggregate(")
+    both = Select(tokens, tokens, Comparison.LEQ) & Select(indices, indices, Comparison.LEQ)
+    text = compile_to_transformer(SelectorWidth(both), VOCAB, 8, causal=False).heads[0][0].text
+    assert text.startswith("selectorwidth") and " (table) & " in text
     sel = Select(tokens, tokens, Comparison.LEQ)
-    assert ct.stats["heads_per_layer"][0] == 1 and ct.describe().count("; ") == 1
     maxes = SequenceMap(lambda a, b: 10 * a + b, Aggregate(sel, tokens, reduce="max", default=0),
                         Aggregate(sel, Map(lambda t: 3 - t, tokens), reduce="max", default=0))
     ct = _agree(maxes, [XS, [3, 0, 2]], True)

@@ -64,3 +64,12 @@ def test_codes_of_a_few_thousand_still_compile_exactly():
     for name in ("hist", "identity", "firsts", "lasts", "positions"):
         for causal in (True, False):
             assert not isinstance(_agree_or_refuse(PROGRAMS[name](), vocab, xs, causal, n=40), Exception)
+
+
+def test_mlp_biases_past_2_to_the_24_are_exact():
+    """An affine table on 2^24 + 1 + (0..39): its output bias and its hidden biases need float64
+    (float32 would round 2^24 + 1 to 2^24); a lookup reads the result."""
+    last = Aggregate(Select(tokens, tokens, Comparison.EQ), indices, reduce="max", default=1)
+    program = Map(lambda v: v % 3, last + (2**24 + 1))
+    xs = [0, 1, 2, 3, 0, 2] * 6
+    assert not isinstance(_agree_or_refuse(program, [0, 1, 2, 3], xs, False, n=40), Exception)
