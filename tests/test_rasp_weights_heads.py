@@ -16,7 +16,7 @@ from rasp import lib
 from rasp.core import (Aggregate, Comparison, Map, Select, SelectorWidth, SequenceMap, indices,
                        numerical, tokens)
 from rasp.evaluate import evaluate
-from rasp.weights import compile_to_transformer
+from rasp.weights import CompileError, compile_to_transformer
 
 VOCAB = [0, 1, 2, 3]
 XS = [0, 1, 0, 3, 2, 1]
@@ -133,3 +133,35 @@ def test_aggregates_share_a_head_only_with_one_selector_and_reduction():
                         Aggregate(sel, Map(lambda t: 3 - t, tokens), reduce="max", default=0))
     ct = _agree(maxes, [XS, [3, 0, 2]], True)
     assert ct.stats["heads_per_layer"][0] == 2
+
+
+@pytest.mark.parametrize("reduce, cmp", [("max", Comparison.GT), ("min", Comparison.LT)])
+def test_an_empty_selection_beside_the_extreme_value_reads_the_default(reduce, cmp):
+    """The query holding the largest (smallest) value selects nothing, and the key with the top
+    rank is rejected: BOS must still win (beta covers the whole rank range R)."""
+    for value, n, xs in ((tokens, 12, [0, 3, 1, 2]), (indices, 40, [(5 * i) % 4 for i in range(40)]),
+                         (numerical(Map(lambda t: t / 4, tokens)), 12, [3, 0, 2, 1])):
+        program = Aggregate(Select(tokens, tokens, cmp), value, reduce=reduce, default=-1)
+        _agree(program, [xs, xs[::-1]], True, n=n)
+        _agree(program, [xs, xs[::-1]], False, n=n)
+
+
+def test_max_over_values_whose_codes_need_care():
+    """One-hot values 1, 1.5, 2 (1.5 gets a code above the integers: ranked by position), a
+    single numerical value, and the refusals with their messages."""
+    _agree(Aggregate(Select(tokens, tokens, Comparison.LEQ), tokens, reduce="max", default=0),
+           [[1, 2, 1.5], [2, 1.5, 1]], True, vocab=[1, 1.5, 2])
+    one = numerical(Aggregate(Select(tokens, tokens, Comparison.LEQ), numerical(Map(lambda t: 0, tokens)),
+                              reduce="max", default=0))
+    _agree(one, [XS], True)
+    vocab = list(range(39)) + [38.5, 39]     # ordinal (41 values), codes 0..38, 40 (for 38.5), 39
+    with pytest.raises(CompileError, match="'tokens': its integer codes do not follow the value order"):
+        compile_to_transformer(Aggregate(Select(tokens, tokens, Comparison.EQ), tokens, reduce="max"), vocab, 4)
+    with pytest.raises(CompileError, match="'tokens': max/min needs mutually comparable values"):
+        compile_to_transformer(Aggregate(Select(tokens, tokens, Comparison.EQ), tokens, reduce="max"),
+                               ["a", 1], 4)
+    wide = numerical(Aggregate(Select(tokens, tokens, Comparison.LEQ), numerical(Map(lambda t: 2 * t, tokens)),
+                               default=0)).named("wide")
+    with pytest.raises(CompileError, match="'wide': max/min of a numerical s-op needs its value set"):
+        compile_to_transformer(numerical(Aggregate(Select(tokens, tokens, Comparison.LEQ), wide, reduce="max")),
+                               VOCAB, 4)
