@@ -182,3 +182,10 @@ def test_every_s_op_reads_back_from_the_residual_stream(causal):
         got = [ct.layout.read(node, resid[p + 1]) for p in range(len(xs))]
         assert got == (pytest.approx(want, abs=1e-9) if node.numerical else want), node
     assert encodings == {"onehot", "ordinal", "numerical"}
+
+
+def test_equality_on_a_numerical_s_op_is_refused():
+    half = numerical(Map(lambda t: t / 2, tokens)).named("half")
+    with pytest.raises(CompileError, match=re.escape("== on the numerical s-op 'half' is not compiled "
+                                                     "(make it categorical)")):
+        compile_to_transformer(Aggregate(Select(half, tokens, Comparison.EQ), tokens, default=0), VOCAB, 4)

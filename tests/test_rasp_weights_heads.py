@@ -151,9 +151,10 @@ def test_max_over_values_whose_codes_need_care():
     single numerical value, and the refusals with their messages."""
     _agree(Aggregate(Select(tokens, tokens, Comparison.LEQ), tokens, reduce="max", default=0),
            [[1, 2, 1.5], [2, 1.5, 1]], True, vocab=[1, 1.5, 2])
-    one = numerical(Aggregate(Select(tokens, tokens, Comparison.LEQ), numerical(Map(lambda t: 0, tokens)),
-                              reduce="max", default=0))
-    _agree(one, [XS], True)
+    for reduce in ("max", "min"):
+        one = numerical(Aggregate(Select(tokens, tokens, Comparison.LEQ), numerical(Map(lambda t: 0, tokens)),
+                                  reduce=reduce, default=0))
+        _agree(one, [XS], True)
     vocab = list(range(39)) + [38.5, 39]     # ordinal (41 values), codes 0..38, 40 (for 38.5), 39
     with pytest.raises(CompileError, match="'tokens': its integer codes do not follow the value order"):
         compile_to_transformer(Aggregate(Select(tokens, tokens, Comparison.EQ), tokens, reduce="max"), vocab, 4)
