@@ -6,8 +6,6 @@ the program, or the RASP interpreter's dense path (``evaluate(..., fast=False)``
 """
 from __future__ import annotations
 
-import functools
-
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -22,9 +20,17 @@ N = 12
 toks = st.lists(st.sampled_from(VOCAB), min_size=1, max_size=N)
 
 
-@functools.lru_cache(maxsize=None)
-def compiled(name: str, causal: bool, n: int = N):
-    return compile_to_transformer(PROGRAMS[name](), VOCAB, n, causal=causal)
+@pytest.fixture(scope="module")
+def compiled():
+    """Compile each program once per test session (a module-level cache would outlive the session
+    and hand a later session, e.g. one per mutant of bench/mutate.py, models built by other code)."""
+    cache: dict = {}
+
+    def get(name: str, causal: bool, n: int = N):
+        if (name, causal, n) not in cache:
+            cache[name, causal, n] = compile_to_transformer(PROGRAMS[name](), VOCAB, n, causal=causal)
+        return cache[name, causal, n]
+    return get
 
 
 def frac_prevs(bools):
@@ -59,7 +65,7 @@ PROGRAMS = {
 }
 
 
-def check(name: str, causal: bool, xs: list, expected: list | None = None) -> None:
+def check(compiled, name: str, causal: bool, xs: list, expected: list | None = None) -> None:
     ct = compiled(name, causal)
     got = ct.run(xs)
     program = ct.program.output_sop
@@ -74,44 +80,44 @@ def check(name: str, causal: bool, xs: list, expected: list | None = None) -> No
 
 @settings(max_examples=25, deadline=None)
 @given(xs=toks, causal=st.booleans())
-def test_lib_helpers(xs, causal):
+def test_lib_helpers(compiled, xs, causal):
     n = len(xs)
-    check("shift_right", causal, xs, [xs[i - 2] if i >= 2 else -1 for i in range(n)])
-    check("index_select", causal, xs, [xs[i // 2] for i in range(n)])
-    check("where", causal, xs, [x if x > 1 else (xs[i - 1] if i else 0) for i, x in enumerate(xs)])
-    check("masked_ngram", causal, xs)
-    check("firsts", causal, xs, [xs.index(x) for x in xs])
+    check(compiled, "shift_right", causal, xs, [xs[i - 2] if i >= 2 else -1 for i in range(n)])
+    check(compiled, "index_select", causal, xs, [xs[i // 2] for i in range(n)])
+    check(compiled, "where", causal, xs, [x if x > 1 else (xs[i - 1] if i else 0) for i, x in enumerate(xs)])
+    check(compiled, "masked_ngram", causal, xs)
+    check(compiled, "firsts", causal, xs, [xs.index(x) for x in xs])
     last = [max(j for j in range(n if not causal else i + 1) if xs[j] == x) for i, x in enumerate(xs)]
-    check("lasts", causal, xs, last)
-    check("last_occurrence", causal, xs, [xs[max(j - 1, 0)] for j in last])
+    check(compiled, "lasts", causal, xs, last)
+    check(compiled, "last_occurrence", causal, xs, [xs[max(j - 1, 0)] for j in last])
 
 
 @settings(max_examples=25, deadline=None)
 @given(xs=toks)
-def test_causal_programs(xs):
+def test_causal_programs(compiled, xs):
     n = len(xs)
-    check("cumsum", True, xs, [sum(x % 2 for x in xs[:i + 1]) for i in range(n)])
-    check("length", True, xs, list(range(1, n + 1)))
-    check("frac_prevs", True, xs, [sum(x == 2 for x in xs[:i + 1]) / (i + 1) for i in range(n)])
+    check(compiled, "cumsum", True, xs, [sum(x % 2 for x in xs[:i + 1]) for i in range(n)])
+    check(compiled, "length", True, xs, list(range(1, n + 1)))
+    check(compiled, "frac_prevs", True, xs, [sum(x == 2 for x in xs[:i + 1]) / (i + 1) for i in range(n)])
 
 
 @settings(max_examples=25, deadline=None)
 @given(xs=toks)
-def test_non_causal_programs(xs):
+def test_non_causal_programs(compiled, xs):
     n = len(xs)
-    check("length", False, xs, [n] * n)
-    check("make_length", False, xs, [n] * n)
-    check("reverse", False, xs, xs[::-1])
-    check("hist", False, xs, [xs.count(x) for x in xs])
-    check("frac_prevs", False, xs, [sum(x == 2 for x in xs[:i + 1]) / (i + 1) for i in range(n)])
+    check(compiled, "length", False, xs, [n] * n)
+    check(compiled, "make_length", False, xs, [n] * n)
+    check(compiled, "reverse", False, xs, xs[::-1])
+    check(compiled, "hist", False, xs, [xs.count(x) for x in xs])
+    check(compiled, "frac_prevs", False, xs, [sum(x == 2 for x in xs[:i + 1]) / (i + 1) for i in range(n)])
     balance = [(xs[:i + 1].count(0) - xs[:i + 1].count(1)) / (i + 1) for i in range(n)]
-    check("pair_balance", False, xs, balance)
+    check(compiled, "pair_balance", False, xs, balance)
 
 
 @settings(max_examples=15, deadline=None)
 @given(xs=st.lists(st.sampled_from(VOCAB), min_size=1, max_size=4, unique=True))
-def test_sort_unique(xs):
-    check("sort_unique", False, xs, sorted(xs))
+def test_sort_unique(compiled, xs):
+    check(compiled, "sort_unique", False, xs, sorted(xs))
 
 
 @settings(max_examples=15, deadline=None)
@@ -131,7 +137,7 @@ def test_selector_combinations_and_max_min(xs, causal):
 
 
 @pytest.mark.parametrize("causal", [True, False])
-def test_positions_past_the_one_hot_limit(causal):
+def test_positions_past_the_one_hot_limit(compiled, causal):
     """At max_seq_len = 48 indices use the 2-dimensional ordinal code (not a 48-wide one-hot)."""
     import random
 

@@ -6,7 +6,6 @@ Every exactness test runs the compiled transformer (rasp.weights, docs/turing-pr
 """
 from __future__ import annotations
 
-import functools
 import random
 from collections import Counter
 
@@ -144,7 +143,6 @@ def test_a_lookup_of_seven_inputs_is_exact():
 # ------------------------------------------------------------------ linear size
 
 
-@functools.lru_cache(maxsize=None)
 def _reverse(n: int):
     return compile_to_transformer(lib.make_reverse(tokens), LETTERS, n, causal=False)
 

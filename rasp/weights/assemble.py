@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Hashable, Sequence
 
 import torch
 
@@ -28,6 +28,7 @@ from rasp.weights.graph import CompileError, Program
 from rasp.weights.heads import HeadSpec, compile_head
 from rasp.weights.layout import Feature, Layout
 from rasp.weights.mlp import MLPBlock, compile_mlp
+from rasp.weights.precision import check_heads, check_logits
 
 _DTYPE_NAMES = {torch.float64: "float64", torch.float32: "float32"}
 
@@ -69,7 +70,7 @@ class CompiledTransformer:
         try:
             return [self.bos_id] + [self._token_ids[t] for t in tokens]
         except (KeyError, TypeError):
-            bad = next(t for t in tokens if t not in self._token_ids)
+            bad = next(t for t in tokens if not isinstance(t, Hashable) or t not in self._token_ids)
             raise CompileError(f"token {bad!r} is not in the compiled vocabulary") from None
 
     def decode(self, logits: torch.Tensor) -> list:
@@ -169,6 +170,7 @@ def compile_to_transformer(program: SOp, vocab: Sequence[Any], max_seq_len: int,
     classes = [None] if out.numerical else list(output_values or [])
     if not out.numerical:
         classes += [v for v in out.values if v not in classes]
+    check_logits(prog, layout, classes, check_heads(layout, heads))
     cfg = TransformerConfig(
         d_vocab=len(vocab) + 1, d_model=len(layout), n_layers=n_layers,
         n_heads=max([len(h) for h in heads] + [1]),

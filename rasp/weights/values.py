@@ -23,7 +23,7 @@ class CompileLimitError(CompileError):
     """A size limit of the compiler was hit: ``what`` (e.g. "an MLP lookup table of 7323648
     entries") is over the limit ``limit_name`` = ``limit``."""
 
-    def __init__(self, message: str, *, what: str, limit_name: str, limit: int) -> None:
+    def __init__(self, message: str, *, what: str, limit_name: str, limit: float) -> None:
         super().__init__(message)
         self.what, self.limit_name, self.limit = what, limit_name, limit
 
