@@ -15,12 +15,11 @@ import pytest
 import torch
 
 from constructions.multiplication import build_model
-from constructions.multiplication.certify.layers import Frame, layer1, layer2
-from constructions.multiplication.certify.margins import certify, deviations
+from constructions.multiplication.certify.margins import certify
 from constructions.multiplication.certify.mlp import check
-from constructions.multiplication.certify.weights import Weights
 from constructions.multiplication.layout import START_ID
 from constructions.multiplication.model import TASK
+from multiplication_checks import class_checks
 from multiplication_oracle import measure
 
 N = 2
@@ -70,23 +69,12 @@ def test_an_overflowing_attention_score_fails_instead_of_raising() -> None:
     assert not cert.passed, cert.message
 
 
-def _class_checks(model) -> tuple[list, np.ndarray, np.ndarray]:
-    """The layer-3 tables of every answer class (read from certify's cache) and the deviation box ρ."""
-    cache: dict = {}
-    assert certify(model, N, cache=cache).passed
-    W = Weights.from_model(model)
-    frame = Frame.build(N, START_ID)
-    l1 = layer1(W, frame)
-    dev = deviations(W, l1, layer2(W, frame, l1))
-    return list(cache.values()), dev.rho, dev.perturbed
-
-
 def test_a_nan_slope_or_deviation_is_no_bound() -> None:
     """check() on the built model's tables: every class passes (slack > 1). A NaN in |∂gap/∂x| on a
     coordinate that can move (ρ > 0), or a NaN ρ on a coordinate layer 3 reads, bounds nothing: the
     class must fail. Compared as they were, a NaN requirement gave a NaN ratio that the minimum over
     the ratios skipped (readout), and a NaN shift of a unit counted as no shift (stability)."""
-    tables, rho, perturbed = _class_checks(_model())
+    tables, rho, perturbed = class_checks(_model(), N)
     moving = np.nonzero(rho > 0)[0]
     read3 = np.nonzero(tables[0].W3_abs.any(1) & (rho > 0))[0]
     assert len(moving) and len(read3)

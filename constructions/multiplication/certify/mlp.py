@@ -203,8 +203,8 @@ def _layer3(W: Weights, cols: np.ndarray, perturbed: np.ndarray, target: np.ndar
     val = Iv(np.repeat(const3.lo[mv][None], n_cfg, 0), np.repeat(const3.hi[mv][None], n_cfg, 0))
     for table, idx in parts:
         sub = Iv(table.lo[:, mv], table.hi[:, mv])
-        if np.any(_varying(sub)):
-            val = val + Iv(sub.lo[idx], sub.hi[idx])
+        # a part that is the same for every configuration still adds its value (a unit reading no digit writes too)
+        val = val + (Iv(sub.lo[idx], sub.hi[idx]) if np.any(_varying(sub)) else sub[:1])
     centre = val.lo + 0.5 * (val.hi - val.lo)
     inv, first = _group_keys([np.round(centre[:, c] * GRID).astype(np.int64) for c in range(len(mv))] + [target])
     G = len(first)
