@@ -18,9 +18,10 @@ import torch
 
 from constructions.multiplication import build_model
 from constructions.multiplication.certify.margins import certify
+from constructions.multiplication.certify import mlp
 from constructions.multiplication.certify.mlp import check
 from constructions.multiplication.model import TASK
-from multiplication_checks import class_checks
+from multiplication_checks import class_checks, wrong_pairs
 from multiplication_oracle import measure
 
 N = 2
@@ -83,12 +84,45 @@ def _idle_unit_writes_one(model) -> None:
     model.blocks[2].attn.b_O[one] = -1.0
 
 
-@pytest.mark.parametrize("edit", [_biases_cancel, _bias_moves_a_threshold, _idle_unit_cancels_a_bias, _idle_unit_writes_one])
+def _layer3_bias_moves_a_threshold(model) -> None:
+    """Layer-3 unit 0 reads −45·ONE; its bias b_in = 64 and −109·ONE give the same pre-activation."""
+    one = model.annotations.residual.index("ONE")
+    assert model.blocks[2].mlp.W_in[one, 0] != 0
+    model.blocks[2].mlp.b_in[0] = 64.0
+    model.blocks[2].mlp.W_in[one, 0] -= 64.0
+
+
+def _unembed_bias_per_token(model) -> None:
+    """b_U[t] = 8·t for every token t, and W_U reads ONE (1 at every position) as −8·t: each logit is
+    unchanged, but the readout now has a bias and reads a coordinate that does not move."""
+    one = model.annotations.residual.index("ONE")
+    shift = 8.0 * torch.arange(model.unembed.b_U.shape[0], dtype=torch.float64)
+    model.unembed.b_U[:] = shift
+    model.unembed.W_U[one] = -shift
+
+
+def _unembed_bias_for_all(model) -> None:
+    """b_U = −3 for every token: each logit drops by 3, every difference between two stays."""
+    model.unembed.b_U[:] = -3.0
+
+
+def _readout_reads_layer3_input(model) -> None:
+    """Layer-3 attention's b_O adds 4 to DIGIT[5], which W_U reads directly (the layer-3 MLP reads it
+    not); the layer-3 MLP's b_out subtracts 4 again."""
+    five = model.annotations.residual.index("DIGIT[5]")
+    model.blocks[2].attn.b_O[five] = 4.0
+    model.blocks[2].mlp.b_out[five] = -4.0
+
+
+@pytest.mark.parametrize("edit", [_biases_cancel, _bias_moves_a_threshold, _idle_unit_cancels_a_bias, _idle_unit_writes_one,
+                                  _layer3_bias_moves_a_threshold, _unembed_bias_per_token, _unembed_bias_for_all,
+                                  _readout_reads_layer3_input])
 def test_biases_that_cancel_exactly_keep_the_pass(edit) -> None:
-    """Each edit leaves every residual value exactly as it was (powers of two and small integers: the
-    float64 pass computes the same numbers), so the float64 pass is right and the certificate, which
-    reads each bias where the model adds it, still PASSes with the slack of the built model. A bias
-    left out, read with the wrong sign or from another layer moves PROD by 50 or more and FAILs."""
+    """Each edit leaves every layer-3 pre-activation and every difference of two logits exactly as it
+    was (small integers: the float64 pass computes the same numbers), so the float64 pass is right
+    and the certificate, which reads each bias where the model adds it, still PASSes with the slack
+    of the built model. A bias left out, read with the wrong sign or from another layer, or a sum of
+    two logits read as their difference, moves a margin by 3 or more and FAILs."""
     model = _model()
     built = certify(model, N)
     with torch.no_grad():
@@ -97,7 +131,7 @@ def test_biases_that_cancel_exactly_keep_the_pass(edit) -> None:
     assert not m.wrong and m.min_gap > 0.5
     cert = certify(model, N)
     assert cert.passed, cert.message
-    assert cert.slack == pytest.approx(built.slack, rel=1e-6)
+    assert cert.slack == pytest.approx(built.slack, rel=1e-6)  # the same margins and deviations
 
 
 def test_every_layer2_unit_is_in_one_group() -> None:
@@ -149,3 +183,34 @@ def test_a_structure_fail_keeps_n_and_is_false() -> None:
         model.blocks[0].mlp.W_out[0, 0] = 1.0
     cert = certify(model, N)
     assert cert.passed is False and cert.reason == "structure" and cert.n == N, cert
+
+
+def test_a_layer3_unit_at_zero_in_the_hard_max_limit_fails_on_its_sign() -> None:
+    """The on-unit of the step at T = 345 moved by 45 to T = 300, which T reaches: in the hard-max
+    limit its pre-activation is 0 there, so the enclosure straddles 0 and the certificate must FAIL
+    naming that unit (between T = 300 and 347 the step is now on: the float64 pass is wrong)."""
+    model = _model()
+    unit = next(k for k, name in enumerate(model.annotations.mlp) if name.endswith("T>300_45.0"))
+    with torch.no_grad():
+        model.blocks[2].mlp.W_in[model.annotations.residual.index("ONE"), unit] += 45
+    assert wrong_pairs(model, [("01", 5), ("99", 99), ("37", 64)]) == [("01", 5), ("99", 99), ("37", 64)]
+    cert = certify(model, N)
+    assert not cert.passed and cert.reason == "hardmax", cert.message
+    assert f"layer-3 unit {unit} changes sign inside the hard-max box" in cert.message, cert.message
+    lo, hi = (float(x) for x in cert.message.split("pre-activation in [")[1].rstrip("])").split(", "))
+    assert lo < 0 < hi and hi - lo < 1e-6
+
+
+@pytest.mark.parametrize("i, n, reads, text", [
+    (-1, 5, [("a", 1), ("b", 0), ("b", 1)], "'=' (reads a_(i+1), b_0, b_1)"),
+    (1, 5, [("a", 0), ("a", 1), ("b", 0), ("b", 1), ("c", 0)], "c_1 (reads a_i, a_(i+1), b_0, b_1, c_i)"),
+    (2, 5, [("a", -2), ("a", -1)], "c_i, 2 ≤ i ≤ 3 (reads a_(i-2), a_(i-1))"),
+    (3, 5, [("b", 1)], "c_i, 2 ≤ i ≤ 3 (reads b_1)"),
+    (4, 5, [("a", -2)], "c_4 (reads a_(i-2))"),
+    (2, 4, [], "c_i, 2 ≤ i ≤ 2 (reads no digit)"),
+    (1, 2, [("c", 0)], "c_1 (reads c_i)"),
+])
+def test_class_descriptions(i: int, n: int, reads: list, text: str) -> None:
+    """The class names printed with each FAIL and in the table of classes, worked out by hand:
+    '=' is i = −1; c_0, c_1 and c_{n−1} … c_{n+1} are named, 2 ≤ i ≤ n − 2 share one name."""
+    assert mlp.ClassSpec(i, n, None, dict.fromkeys(reads)).describe() == text
