@@ -147,7 +147,7 @@ def test_check_reports_the_binding_unit_and_logit_pair() -> None:
     """check() on the built model's tables, with one number changed by hand so that the ratio that
     binds is known: a layer-3 unit u ≠ 0 whose reserve is 0.5× its shift |W_in|ᵀρ (stability, slack
     0.5), then 1.5× (passes: slack 1.5, no reason), then a logit gap whose margin is 0.5× its
-    requirement (readout, slack 0.5). With ρ = 0 nothing binds: no reason, a logit pair reported."""
+    requirement (readout, slack 0.5; at 1.5× it passes). With ρ = 0 nothing binds: no reason, a logit pair reported."""
     tables, rho, perturbed = class_checks(_model(), N)
     t = tables[0]
     shift = np.abs(t.W3_abs).T @ rho  # the shift of every unit, float64 (the check rounds it up)
@@ -167,10 +167,11 @@ def test_check_reports_the_binding_unit_and_logit_pair() -> None:
     need = per[t.pattern, t.target]
     finite = np.isfinite(t.margin) & (need > 0)
     g, k = map(int, np.argwhere(finite)[-1])
-    margin = t.margin.copy()
-    margin[g, k] = 0.5 * need[g, k]
-    res = check(dataclasses.replace(t, margin=margin), rho, perturbed)
-    assert res.slack == pytest.approx(0.5, rel=1e-9) and res.reason == "readout", res
+    for factor, reason in ((1.5, ""), (0.5, "readout")):
+        margin = t.margin.copy()
+        margin[g, k] = factor * need[g, k]
+        res = check(dataclasses.replace(t, margin=margin), rho, perturbed)
+        assert res.slack == pytest.approx(factor, rel=1e-9) and res.reason == reason, res
     assert res.margin == margin[g, k] and res.need == pytest.approx(need[g, k], rel=1e-9)
     assert res.where == f"logit({TASK.vocab[int(t.target[g])]}) − logit({TASK.vocab[k]})"
 
