@@ -96,6 +96,32 @@ RASP_TESTS = ("tests/test_rasp_weights_heads.py", "tests/test_rasp_weights_api.p
               "tests/test_rasp_weights_precision.py", "tests/test_rasp_weights_compiler.py",
               "tests/test_rasp_weights_programs.py")
 
+# The tests of part `multiplication` (the N×2 certificate), cheap and sharp first: PASS at N = 2, every
+# printed bound against the float64 forward pass at N = 2 (blunt M and M near the smallest certified),
+# FAIL where that pass is wrong, FAIL for each reason (hardmax, stability/readout, each structure check),
+# the configurations against Python integers and the overflowing enclosures, about 10 s in all under
+# load. The N = 5, d = 69 cases (the built model, the smallest-M search, M near it: 15-20 s to build
+# the MLP tables of the class that reads the whole window) and the unit reading five digits (10 s)
+# would make each surviving mutant cost a minute; ``--recheck`` runs the survivors against them.
+_SOUND = "tests/test_multiplication_certify_soundness.py::test_"
+MULTIPLICATION_TESTS = (
+    tuple(f"tests/test_multiplication_certify.py::test_{t}" for t in (
+        "the_unbroken_small_model_passes", "fails_when_a_layer2_key_weight_is_halved",
+        "fails_when_a_layer3_ramp_moves_into_the_attainable_range", "fails_when_M_is_too_small",
+        "fails_with_structure_when_the_chain_does_not_apply"))
+    + (f"{_SOUND}every_printed_bound_contains_the_measured_quantity[2-9.0]",
+       f"{_SOUND}every_printed_bound_contains_the_measured_quantity[2-6.4]",
+       f"{_SOUND}fails_where_the_forward_pass_is_wrong[2-3.0-pair1]")
+    + tuple(f"{_SOUND}each_structure_check_fails_its_broken_model[{c}]" for c in (
+        "_layer1_mlp_writes-the layer-1 MLP writes-some", "_extra_layer3_head-layer-3 attention writes-every",
+        "_layer1_values_read_the_digit-depend on the digit-some", "_b0_head_ignores_its_keys-averages over up to-some",
+        "_a_head_prefers_the_answer-outside the window-some"))
+    + ("tests/test_multiplication_certify.py::test_reachable_carries_are_those_of_schoolbook_multiplication",
+       "tests/test_multiplication_certify.py::test_every_input_is_one_of_the_enumerated_configurations[1]",
+       "tests/test_multiplication_certify.py::test_every_input_is_one_of_the_enumerated_configurations[2]",
+       "tests/test_multiplication_certify_overflow.py")
+)
+
 PARTS = {
     "interval": Part(
         ("src/lengthgen/proof/interval.py",),
@@ -125,13 +151,17 @@ PARTS = {
         ADDITION_TESTS,
         isolation="fork",  # safe with one OpenMP thread (``run`` sets it); forkserver imports torch per mutant
     ),
+    # the N×2 certificate in two parts, each about an hour on two shared cores: the MLP tables and the
+    # readout check (mlp.py: 946 mutants), and the chain with its attention bounds (1153 mutants)
     "multiplication": Part(
-        (
-            "constructions/multiplication/certify/margins.py",
-            "constructions/multiplication/certify/mlp.py",
-            "constructions/multiplication/certify/attention.py",
-        ),
-        ("tests/test_multiplication_certify.py", "-k", "not cli"),
+        ("constructions/multiplication/certify/mlp.py",),
+        MULTIPLICATION_TESTS,
+        isolation="fork",  # one OpenMP thread (``run`` sets it); the test modules' CACHE starts empty per session
+    ),
+    "multiplication-chain": Part(
+        ("constructions/multiplication/certify/margins.py", "constructions/multiplication/certify/attention.py"),
+        MULTIPLICATION_TESTS,
+        isolation="fork",
     ),
     "copying": Part(
         ("constructions/copying/certify/margins.py",),

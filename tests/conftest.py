@@ -33,6 +33,16 @@ def pytest_configure(config: pytest.Config) -> None:
         torch.set_num_threads(1)
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _module_cache_per_session(request: pytest.FixtureRequest) -> None:
+    """A test module's ``CACHE`` dict (certificate tables shared by its tests) starts empty in every
+    pytest session: bench/mutate.py runs many sessions in one process (forked workers, ``--recheck``),
+    and tables computed by the code of an earlier session would hide a change in the code under test."""
+    cache = getattr(request.module, "CACHE", None)
+    if isinstance(cache, dict):
+        cache.clear()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # bench/mutate.py: run the tests in the order its part lists them (cheap, sharp ones first), so that
     # a killed mutant stops at its first failing test early (mutmut passes them in no fixed order)

@@ -8,6 +8,10 @@ import functools
 import numpy as np
 
 from constructions.multiplication import build_model, instance, teacher_predictions
+from constructions.multiplication.certify.layers import Frame, layer1, layer2
+from constructions.multiplication.certify.margins import certify, deviations
+from constructions.multiplication.certify.weights import Weights
+from constructions.multiplication.layout import START_ID
 
 
 @functools.lru_cache(maxsize=None)
@@ -43,3 +47,15 @@ def expected_sets(n: int, query: int) -> list[set[int]]:
         return {0, a[j]} if 0 <= j < n else {0}
 
     return [{b[0]}, {b[1]}, a_set(i + 1), a_set(i), a_set(i - 1), a_set(i - 2)]
+
+
+def class_checks(model, n: int) -> tuple[list, np.ndarray, np.ndarray]:
+    """The layer-3 tables of every answer class of a model the certificate passes (read from
+    certify's cache), and the deviation box ρ with its mask, for tests of ``mlp.check`` alone."""
+    cache: dict = {}
+    assert certify(model, n, cache=cache).passed
+    W = Weights.from_model(model)
+    frame = Frame.build(n, START_ID)
+    l1 = layer1(W, frame)
+    dev = deviations(W, l1, layer2(W, frame, l1))
+    return list(cache.values()), dev.rho, dev.perturbed

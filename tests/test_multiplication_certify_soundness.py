@@ -29,11 +29,16 @@ PAIRS = ([("99999", b) for b in (0, 1, 9, 10, 19, 90, 99)]
 NEAR_M_STAR, BELOW_M_STAR = 6.6, 5.0
 #: the float64 forward pass is wrong at this M (99999 × 9, checked below)
 M_WRONG = 3.7
+#: two-digit operands (the certificate in about a second): the same kinds of pairs; the smallest
+#: certified M at N = 2, d = 69 lies in (6.301, 6.323], so 6.4 is near it; at M = 3 the pass is wrong on 99 × 9
+PAIRS_2 = ([("99", b) for b in (0, 1, 9, 19, 90, 99)] + [("00", 0), ("98", 99), ("55", 55), ("90", 91), ("49", 98),
+                                                        ("10", 99), ("31", 92), ("07", 37)])
+NEAR_M_STAR_2, M_WRONG_2 = 6.4, 3.0
 HEAD_ORDER = [(0, 0), (0, 1), (1, 0), (1, 1), (1, 2), (1, 3), (1, 4), (1, 5)]
 
 
-def _model(M: float | None):
-    return build_model(n_digits=N, d_model=WIDTH, M=M)[0]
+def _model(M: float | None, n: int = N):
+    return build_model(n_digits=n, d_model=WIDTH, M=M)[0]
 
 
 def _within(measured: float, bound: float) -> bool:
@@ -78,16 +83,16 @@ def test_the_oracle_is_the_models_forward_and_the_designs_hard_max_limit() -> No
             assert logits[target] - np.delete(logits, target).max() > 1 - 1e-9
 
 
-@pytest.mark.parametrize("M", [None, 9.0, NEAR_M_STAR, BELOW_M_STAR])
-def test_every_printed_bound_contains_the_measured_quantity(M: float | None) -> None:
+@pytest.mark.parametrize("n, M", [(N, None), (N, 9.0), (N, NEAR_M_STAR), (N, BELOW_M_STAR), (2, 9.0), (2, NEAR_M_STAR_2)])
+def test_every_printed_bound_contains_the_measured_quantity(n: int, M: float | None) -> None:
     """Per head: leak λ, spread η, TV to uniform on the designed set and the score gap to the keys
     outside it (the layer-2 gap shrinks by what the layer-1 flag errors move a score); per residual label: Δ₁ (every
     position), Δ₁ + Δ₂ (answer positions), ρ (after the layer-2 MLP, every coordinate layer 3 and the
     readout read); per layer-3 unit: |W_in|ᵀρ. A label the certificate does not list has bound 0."""
-    model = _model(M)
-    cert = certify(model, N, cache=CACHE)
+    model = _model(M, n)
+    cert = certify(model, n, cache=CACHE)
     assert cert.passed == (M != BELOW_M_STAR), cert.message
-    m = measure(model, N, PAIRS)
+    m = measure(model, n, PAIRS if n == N else PAIRS_2)
     assert [info["name"] for info in cert.heads] == [f"layer {l + 1} head {h}" for l, h in HEAD_ORDER]
     for info, key in zip(cert.heads, HEAD_ORDER):
         assert m.leak[key] > 0 and _within(m.leak[key], info["leak"]), (info["name"], m.leak[key], info["leak"])
@@ -122,13 +127,15 @@ def test_bounds_are_nearly_tight_where_the_spread_dominates() -> None:
             assert m.tv[key] >= 0.95 * np.expm1(info["eta"]) / 4, (info["name"], m.tv[key], info["eta"])
 
 
-def test_fails_where_the_forward_pass_is_wrong() -> None:
-    """At M = 3.7 a float64 forward pass of the model predicts a wrong digit of 99999 × 9; a sound
-    certificate cannot pass there, and the measured deviations exceed nothing it prints."""
-    model = _model(M_WRONG)
-    m = measure(model, N, [("99999", 9)])
+@pytest.mark.parametrize("n, M, pair", [(N, M_WRONG, ("99999", 9)), (2, M_WRONG_2, ("99", 9))])
+def test_fails_where_the_forward_pass_is_wrong(n: int, M: float, pair: tuple[str, int]) -> None:
+    """At M = 3.7 a float64 forward pass of the model predicts a wrong digit of 99999 × 9 (at N = 2,
+    M = 3, of 99 × 9); a sound certificate cannot pass there, and the measured deviations exceed
+    nothing it prints."""
+    model = _model(M, n)
+    m = measure(model, n, [pair])
     assert m.wrong and m.min_gap < 0
-    cert = certify(model, N, cache=CACHE)
+    cert = certify(model, n, cache=CACHE)
     assert not cert.passed and cert.reason in ("stability", "readout"), cert.message
     assert all(_within(v, cert.rho.get(k, 0.0)) for k, v in m.rho.items() if k in cert.rho)
 

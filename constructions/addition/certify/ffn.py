@@ -154,7 +154,7 @@ def ffn_tables(W, spec: ClassSpec, pos_in: Iv, pos_logit: Iv, coords: np.ndarray
     logits = direct + I.matmul(pre.relu(), wo_wu) + I.affine(W.b_out, W.W_U, W.b_U)[None]
     rows = np.arange(count)
     gap_iv = logits[rows, target][:, None] - logits
-    gap = np.where(np.isnan(gap_iv.lo), -np.inf, gap_iv.lo)  # inf − inf in an overflowing enclosure: no bound
+    gap = I.lower_bound(gap_iv.lo)  # inf − inf in an overflowing enclosure: no bound
     gap[rows, target] = np.inf
     error = None
     bad = np.nonzero(gap.min(1) <= 0)[0]

@@ -151,7 +151,7 @@ def _check_class(W: Weights, tables: dict, effect: Iv, roles: np.ndarray, patter
     gap = logits[rows, target][:, None] - logits  # [C, V]
     # a NaN end point proves nothing: weights are finite (require_finite), but an enclosure whose float64
     # centre overflowed (|W_E·W_U| past 1.8e308 in a float64 model) has inf − inf = NaN as its lower end
-    gap_lo = np.where(np.isnan(gap.lo), -np.inf, gap.lo)
+    gap_lo = I.lower_bound(gap.lo)
     gap_lo[rows, target] = np.inf
     if np.any(gap_lo <= 0):
         c, v = np.unravel_index(int(np.argmin(gap_lo)), gap_lo.shape)

@@ -124,6 +124,8 @@ def head_attention(W_Q: np.ndarray, b_Q: np.ndarray, W_K: np.ndarray, b_K: np.nd
         others = np.delete(content_scores.hi, bos_cls, axis=1) if C > 1 else np.full((Q, 1), -np.inf)
         rest = I.up_add(others.max(1), ps.best.hi)  # best content + π(q*) of a key at another ID
         runner_up = I.up(rest - ps.min_gap)  # a key at another ID scores at most this
+    # a NaN end point (inf − inf where a score's float64 enclosure overflowed) bounds nothing
+    scores = Iv(I.lower_bound(scores.lo), I.upper_bound(scores.hi))
     present = count > 0
     lo_top = np.where(present, scores.lo, -np.inf).max(1)
     in_s = present & (scores.hi >= (lo_top - TIE_WIDTH)[:, None])
@@ -134,14 +136,14 @@ def head_attention(W_Q: np.ndarray, b_Q: np.ndarray, W_K: np.ndarray, b_K: np.nd
     out = present & ~in_s
     n_out = int((count * out).sum(1).max())
     top_out = I.up(np.where(out, scores.hi, -np.inf).max(1) - min_s)
-    log_rest = I.up_add(rest, -min_s, log_others)
+    log_rest = I.upper_bound(I.up_add(rest, -min_s, log_others))  # −inf: no key at another ID
     if members is not None:
         keep = (members >= 0) & in_s[np.arange(Q)[:, None], keys.cls[np.maximum(members, 0)]]
         members = np.where(keep, members, -1)
     parts = [0.0]
     if n_out:
         parts.append(float(I.up(n_out * I.exp(Iv.exact(np.array([top_out.max()]))).hi[0])))
-    if np.isfinite(log_rest.max()):
+    if log_rest.max() > -np.inf:  # +inf (an overflowed score) bounds nothing: the leak is then inf
         parts.append(float(I.up(keys.m_max * I.exp(Iv.exact(np.array([log_rest.max()]))).hi[0])))
     leak = float(I.up_add(*parts)) if len(parts) > 1 else 0.0
     spread = float(I.up(I.expm1(Iv.exact(np.array([eta]))).hi[0] / 4))

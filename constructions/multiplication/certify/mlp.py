@@ -203,8 +203,8 @@ def _layer3(W: Weights, cols: np.ndarray, perturbed: np.ndarray, target: np.ndar
     val = Iv(np.repeat(const3.lo[mv][None], n_cfg, 0), np.repeat(const3.hi[mv][None], n_cfg, 0))
     for table, idx in parts:
         sub = Iv(table.lo[:, mv], table.hi[:, mv])
-        if np.any(_varying(sub)):
-            val = val + Iv(sub.lo[idx], sub.hi[idx])
+        # a part that is the same for every configuration still adds its value (a unit reading no digit writes too)
+        val = val + (Iv(sub.lo[idx], sub.hi[idx]) if np.any(_varying(sub)) else sub[:1])
     centre = val.lo + 0.5 * (val.hi - val.lo)
     inv, first = _group_keys([np.round(centre[:, c] * GRID).astype(np.int64) for c in range(len(mv))] + [target])
     G = len(first)
@@ -251,7 +251,7 @@ def _layer3(W: Weights, cols: np.ndarray, perturbed: np.ndarray, target: np.ndar
         rows = np.arange(s, min(G, s + CHUNK))
         Jm = Jpt[pair[rows]][:, mv]  # [g, |mv|, V]
         gap = (Iv(lo[rows][:, :, None], hi[rows][:, :, None]) * Jm).sum(1) + base[pair[rows]]
-        margin[rows] = gap.lo
+        margin[rows] = I.lower_bound(gap.lo)  # NaN: an enclosure that overflowed (inf − inf) bounds nothing
         margin[rows, tgt[rows]] = np.inf
     if not error and np.any(margin <= 0):
         g, k = map(int, np.argwhere(margin <= 0)[0])
@@ -276,15 +276,15 @@ class Check:
 
 def check(tables: ClassTables, rho: np.ndarray, perturbed: np.ndarray) -> Check:
     """Step 3 with the deviation box ``rho`` of the layer-3 inputs (over d3u)."""
-    shift = I.up_matmul_nonneg(rho[None], tables.W3_abs)[0]  # how far the deviations can move each unit
+    shift = I.upper_bound(I.up_matmul_nonneg(rho[None], tables.W3_abs)[0])  # how far the deviations can move each unit
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = np.where(shift > 0, I.down(tables.reserve / np.where(shift > 0, shift, 1.0)), np.inf)
     u = int(np.argmin(ratios))
     stab, reserve, r_max = float(ratios[u]), float(tables.reserve[u]), float(shift[u])
-    per = I.up_matmul_nonneg(tables.slope, rho)  # [P, V, V]
+    per = I.upper_bound(I.up_matmul_nonneg(tables.slope, rho))  # [P, V, V]; NaN (inf·0 of an overflowed slope): no bound
     need = per[tables.pattern, tables.target]  # [G, V]
     finite = np.isfinite(tables.margin)
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(finite, I.down(tables.margin / np.where(need > 0, need, 0.0)), np.inf)
     g, k = np.unravel_index(int(np.argmin(ratio)), ratio.shape)
     read = float(ratio[g, k])

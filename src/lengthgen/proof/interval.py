@@ -81,6 +81,20 @@ def up_add(*terms) -> np.ndarray:
     return total
 
 
+def lower_bound(x: np.ndarray) -> np.ndarray:
+    """``x`` read as a lower bound: a NaN end point (inf − inf in an enclosure whose float64 arithmetic
+    overflowed, with finite weights) bounds nothing, so it is −inf. Read as it is, a NaN lower bound
+    of a margin would pass every test ``margin ≤ 0`` (all comparisons with NaN are false)."""
+    x = np.asarray(x, dtype=np.float64)
+    return np.where(np.isnan(x), -np.inf, x)
+
+
+def upper_bound(x: np.ndarray) -> np.ndarray:
+    """``x`` read as an upper bound: a NaN (inf − inf, inf·0 of an overflowed term) is +inf."""
+    x = np.asarray(x, dtype=np.float64)
+    return np.where(np.isnan(x), np.inf, x)
+
+
 def up_mul(a, b) -> np.ndarray:
     """Upper bound of the exact product of non-negative ``a`` and ``b`` (a zero factor is exact)."""
     a, b = np.broadcast_arrays(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64))
