@@ -17,6 +17,7 @@ from rasp.core import (Aggregate, Comparison, Map, Select, SelectorWidth, Sequen
                        numerical, tokens)
 from rasp.evaluate import evaluate
 from rasp.weights import CompileError, compile_to_transformer
+from rasp_weights_checks import assert_compiled_agrees
 
 VOCAB = [0, 1, 2, 3]
 XS = [0, 1, 0, 3, 2, 1]
@@ -27,15 +28,7 @@ def _want(program, xs, causal):
 
 
 def _agree(program, xs_list, causal, n=12, vocab=VOCAB):
-    ct = compile_to_transformer(program, vocab, n, causal=causal)
-    for xs in xs_list:
-        want = _want(program, xs, causal)
-        got = ct.run(xs)
-        if ct.program.output.numerical:
-            assert got == pytest.approx(want, abs=1e-9), xs
-        else:
-            assert got == want, xs
-    return ct
+    return assert_compiled_agrees(program, vocab, n, causal, xs_list)
 
 
 def _scores(ct, xs, layer=0, head=0):

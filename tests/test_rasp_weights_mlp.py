@@ -11,24 +11,16 @@ import pytest
 
 from rasp import lib
 from rasp.core import Aggregate, Comparison, Map, Select, SequenceMap, indices, numerical, tokens
-from rasp.evaluate import evaluate
 from rasp.tracr_ops import LinearSequenceMap
 from rasp.weights import CompileError, compile_to_transformer
+from rasp_weights_checks import assert_compiled_agrees
 
 VOCAB = [0, 1, 2, 3]
 INPUTS = [[0, 1, 0, 3, 2, 1], [3, 3, 1, 2, 0, 0, 1, 2, 2, 3, 0], [2], [1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]]
 
 
 def _agree(program, n, causal, inputs=INPUTS):
-    ct = compile_to_transformer(program, VOCAB, n, causal=causal)
-    for xs in inputs:
-        want = list(evaluate(program, xs, causal=causal, fast=False).column(program))
-        got = ct.run(xs)
-        if ct.program.output.numerical:
-            assert got == pytest.approx(want, abs=1e-9), xs
-        else:
-            assert got == want, xs
-    return ct
+    return assert_compiled_agrees(program, VOCAB, n, causal, inputs)
 
 
 def _frac(value):
