@@ -107,11 +107,18 @@ def test_long_operands_are_batched_by_memory(tmp_path):
 def test_twenty_thousand_digits_through_the_cli_stay_small(tmp_path):
     ck = export(tmp_path / "c20k", n_digits=20000)
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
-    # the command's own peak (RUSAGE_CHILDREN would be the largest of every child this worker ever ran)
+    # the command's own peak: VmHWM of its own address space. Not RUSAGE_CHILDREN (the largest of every
+    # child this worker ever ran), nor RUSAGE_SELF: Linux carries the parent's high-water mark across
+    # fork and exec into ru_maxrss, so a pytest worker grown past 1.5 GiB failed this test
     peak_of = ("import resource, runpy, sys\n"
                "sys.argv = ['lengthgen.evaluate'] + sys.argv[1:]\n"
                "try:\n    runpy.run_module('lengthgen.evaluate', run_name='__main__')\n"
-               "finally:\n    print('PEAK_KIB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n")
+               "finally:\n"
+               "    try:\n"
+               "        peak = next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM:'))\n"
+               "    except (OSError, StopIteration):\n"
+               "        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+               "    print('PEAK_KIB', peak, file=sys.stderr)\n")
     res = subprocess.run([sys.executable, "-c", peak_of, "--checkpoint", str(ck), "--digits", "20000",
                           "--samples", "2", "--max-memory", "256", "--threads", "1", "--json", "--no-progress"],
                          env=env, capture_output=True, text=True, timeout=600)
