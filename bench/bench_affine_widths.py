@@ -20,7 +20,7 @@ import torch
 from lengthgen.proof import affine as A
 from lengthgen.proof.interval import Iv
 from lengthgen.proof.layers import affine_exact, gelu
-from lengthgen.proof.trained import Layout, PositionCertifier, configurations, propagate
+from lengthgen.proof.trained import Layout, PositionCertifier
 from lengthgen.proof.trained_affine import attention_form, tail_forms
 from lengthgen.proof.trained_tables import LN_EPS, OneLayer, Tables
 from lengthgen.runs import load_checkpoint
@@ -34,18 +34,9 @@ def rad(x: Iv) -> float:
 
 
 def position(cert: PositionCertifier, r: int, configs: int) -> dict:
-    lay, w = cert.lay, cert.w
-    qid = lay.query_id(r)
-    scores = [cert.t.scores(h, qid) for h in range(w.n_heads)]
-    lo, hi = cert._window(r, scores)
-    a, b, carry, _ = configurations(lay, lo, hi)
-    pick = np.unique(np.linspace(0, len(a) - 1, min(configs, len(a))).astype(int))
-    a, b, carry = a[pick], b[pick], carry[pick]
-    c, top = propagate(a, b, carry)
-    tq = np.full(len(a), lay.equals) if r == 0 else (top if r - 1 == lay.n else c[:, r - 1 - lo])
-    target = np.full(len(a), lay.dollar) if r == lay.n + 1 else (top if r == lay.n else c[:, r - lo])
-    slots = cert._fixed_slots(r, lo, hi, a, b, c, top)
-    heads = [cert._head_constants(scores[h], h, slots, cert._free_slots(r, lo, hi)) for h in range(w.n_heads)]
+    w = cert.w
+    p = cert.inputs(r, sample=configs)
+    qid, a, tq, target, slots, heads = p.qid, p.a, p.query_tok, p.target, p.slots, p.heads
     resid = cert.t.resid[:, qid][tq]
     t0 = time.perf_counter()
     x = resid + w.b_O
@@ -79,7 +70,7 @@ def position(cert: PositionCertifier, r: int, configs: int) -> dict:
         low[np.arange(len(low)), target] = np.inf
         return int(np.sum(low.min(axis=1) > cert.margin))
 
-    return {"r": r, "window": (lo, hi), "lam": lam, "plain": plain, "affine": affine, "n": len(a),
+    return {"r": r, "window": p.window, "lam": lam, "plain": plain, "affine": affine, "n": len(a),
             "proven_plain": proven(diff), "proven_affine": proven(adiff),
             "s_plain": (t1 - t0) / len(a), "s_affine": (t2 - t1) / len(a)}
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from lengthgen.proof.trained import Layout, PositionCertifier, configurations, propagate
+from lengthgen.proof.trained import Layout, PositionCertifier
 from lengthgen.proof.trained_affine import attention_form
 from lengthgen.proof.trained_tables import OneLayer, Tables
 from lengthgen.runs import load_checkpoint
@@ -43,15 +43,10 @@ def test_the_attention_form_holds_every_free_key_assignment(head: int) -> None:
     w = OneLayer.from_model(model)
     lay = Layout(N, START, ADDITION.EOS, ADDITION.PLUS, ADDITION.EQUALS)
     cert = PositionCertifier(w, Tables.build(w), lay, max_width=1, tail="affine")
-    qid = lay.query_id(0)  # answer position 0: the query '=' predicts c_0; window {0}, free: a_1, b_1
-    scores = [cert.t.scores(h, qid) for h in range(w.n_heads)]
-    assert cert._window(0, scores) == (0, 0)
-    a, b, carry, _ = configurations(lay, 0, 0)
-    c, top = propagate(a, b, carry)
-    tq = np.full(len(a), lay.equals)
-    slots, free = cert._fixed_slots(0, 0, 0, a, b, c, top), cert._free_slots(0, 0, 0)
-    heads = [cert._head_constants(scores[h], h, slots, free) for h in range(w.n_heads)]
-    x = attention_form(cert, heads, slots, tq, cert.t.resid[:, qid][tq])
+    p = cert.inputs(0)  # answer position 0: the query '=' predicts c_0; window {0}, free: a_1, b_1
+    assert p.window == (0, 0) and np.all(p.query_tok == lay.equals)
+    a, b = p.a, p.b
+    x = attention_form(cert, p.heads, p.slots, p.query_tok, cert.t.resid[:, p.qid][p.query_tok])
     radius = x.radius()
     assert len(x.blocks) == 2 and np.all(np.isfinite(radius))
     lead = range(1, 10)  # the free significance leads both 2-digit operands

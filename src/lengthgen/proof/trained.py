@@ -89,6 +89,24 @@ class PositionResult:
     enclosures: tuple | None = None  # with keep_enclosures: (a, b, carry, lo, hi) of logit[target] − logit[·]
 
 
+@dataclass
+class PositionInputs:
+    """What :meth:`PositionCertifier.inputs` sets up for one answer position: the query ID, the
+    window, the configurations (a ≤ b digits [C, w], carry into the window, multiplicity), the query
+    token and target per configuration, the fixed keys' (tokens, ID) and the heads' constants."""
+
+    qid: int
+    window: tuple[int, int]
+    a: np.ndarray
+    b: np.ndarray
+    carry: np.ndarray
+    mult: np.ndarray
+    query_tok: np.ndarray
+    target: np.ndarray
+    slots: list
+    heads: list
+
+
 def carry_probability(lo: int, carry: int) -> Fraction:
     """P(carry into significance lo = carry) for uniform lower digits: of the 10^{2lo} pairs of lo-digit
     numbers, 10^lo(10^lo − 1)/2 sum to at least 10^lo."""
@@ -181,18 +199,31 @@ class PositionCertifier:
         return lo, hi
 
     # -- one answer position -----------------------------------------------------------------------
-    def certify(self, r: int) -> PositionResult:
+    def inputs(self, r: int, sample: int | None = None) -> PositionInputs:
+        """Window, local configurations (at most ``sample`` of them, evenly spaced, when given),
+        query tokens, targets, fixed keys and per-head constants of answer position r (for
+        :meth:`certify`, benchmarks and tests of single stages)."""
         lay = self.lay
         qid = lay.query_id(r)
         scores = [self.t.scores(h, qid) for h in range(self.w.n_heads)]
         lo, hi = self._window(r, scores)
         a, b, carry, mult = configurations(lay, lo, hi)
+        if sample is not None:
+            pick = np.unique(np.linspace(0, len(a) - 1, min(sample, len(a))).astype(int))
+            a, b, carry, mult = a[pick], b[pick], carry[pick], mult[pick]
         c, top = propagate(a, b, carry)
         query_tok = np.full(len(a), lay.equals) if r == 0 else (top if r - 1 == lay.n else c[:, r - 1 - lo])
         target = np.full(len(a), lay.dollar) if r == lay.n + 1 else (top if r == lay.n else c[:, r - lo])
         slots = self._fixed_slots(r, lo, hi, a, b, c, top)
         free = self._free_slots(r, lo, hi)
         heads = [self._head_constants(scores[h], h, slots, free) for h in range(self.w.n_heads)]
+        return PositionInputs(qid, (lo, hi), a, b, carry, mult, query_tok, target, slots, heads)
+
+    def certify(self, r: int) -> PositionResult:
+        lay = self.lay
+        p = self.inputs(r)
+        qid, (lo, hi), a, b, carry, mult = p.qid, p.window, p.a, p.b, p.carry, p.mult
+        query_tok, target, slots, heads = p.query_tok, p.target, p.slots, p.heads
         ok = np.zeros(len(a), dtype=bool)
         share, margins, kept = 0.0, [], []
         for start in range(0, len(a), CHUNK):
