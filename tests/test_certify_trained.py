@@ -9,8 +9,10 @@ certificate left unproven (a proven configuration the model fails is an unsound 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import json
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -20,6 +22,8 @@ from constructions.addition.model import build_model
 from lengthgen import certify as cli
 from lengthgen.decode import decided_argmax
 from lengthgen.model import Transformer, TransformerConfig
+from lengthgen.proof.trained import Layout, PositionCertifier
+from lengthgen.proof.trained_tables import OneLayer, Tables
 from lengthgen.runs import checkpoint_notes, load_checkpoint, with_notes, write_checkpoint
 from lengthgen.tasks import ADDITION
 from tests.cli_checks import assert_one_line_error
@@ -272,3 +276,43 @@ def test_a_position_left_unproven_is_certified_again_with_a_wider_window():
     assert wide.window == (0, 1) and wide.proven == wide.configurations == 8100 and wide.unproven_mass == 0
     direct = cli.certify(model, 2, START, max_width=2, positions=[0])[0]
     assert (direct.window, direct.proven, direct.unproven_mass) == (wide.window, wide.proven, wide.unproven_mass)
+
+
+
+def _failed_keys(res) -> set:
+    return {(tuple(map(int, x)), tuple(map(int, y)), int(k)) for x, y, k in res.failed}
+
+
+@pytest.mark.parametrize("r, margin", [(0, 10.0), (2, 11.5)])
+def test_widening_certifies_the_unproven_configurations_split_over_the_wider_window(r: int, margin: float) -> None:
+    """Widening is a branch and bound: each configuration of the wider window lies inside exactly one
+    of the narrower window's, and only those inside an unproven one are certified again. Handed a
+    parent result that leaves every other narrow configuration unproven (answer position 0 widens
+    upward; position 2 downward, so the carry into the narrow window comes from a digit of the wider
+    one), the widened result must leave unproven exactly the operand pairs whose narrow configuration
+    is one of those and whose wide configuration the wide run alone leaves unproven, counted over all
+    8100 pairs; a parent with the wrong mass is refused."""
+    model, _, _ = load_checkpoint("checkpoints/addition_coupled_1l2h_packed", 2)
+    w = OneLayer.from_model(model)
+    lay = Layout(2, START, ADDITION.EOS, ADDITION.PLUS, ADDITION.EQUALS)
+    narrow_cert, wide_cert = (PositionCertifier(w, Tables.build(w), lay, max_width=width, margin=margin, tail="interval")
+                              for width in (1, 2))
+    narrow, wide = narrow_cert.certify(r), wide_cert.certify(r)
+    assert (narrow.window[1] - narrow.window[0], wide.window[1] - wide.window[0]) == (0, 1) and wide.failed
+    p = narrow_cert.inputs(r)
+    chosen = np.flatnonzero(np.arange(len(p.a)) % 2 == 0)
+    parent_keys = {(tuple(map(int, p.a[i])), tuple(map(int, p.b[i])), int(p.carry[i])) for i in chosen}
+    pairs = all_pairs(2)
+    inside = [config_of(a, b, 2, narrow.window) in parent_keys for a, b in pairs]
+    parent = dataclasses.replace(narrow, failed=[(p.a[i], p.b[i], int(p.carry[i])) for i in chosen],
+                                 unproven_mass=Fraction(sum(inside), len(pairs)))
+    refined = PositionCertifier(w, Tables.build(w), lay, max_width=2, margin=margin, tail="interval").certify(r, refine=parent)
+    wide_failed = _failed_keys(wide)
+    left = [config_of(a, b, 2, wide.window) for (a, b), x in zip(pairs, inside)
+            if x and config_of(a, b, 2, wide.window) in wide_failed]
+    assert 0 < len(left) < sum(inside) < len(pairs)
+    assert refined.unproven_mass == Fraction(len(left), len(pairs))
+    assert (refined.configurations, refined.proven) == (len(pairs), len(pairs) - len(left))
+    assert _failed_keys(refined) == set(left)
+    with pytest.raises(RuntimeError, match="do not carry their mass"):
+        wide_cert.certify(r, refine=dataclasses.replace(parent, unproven_mass=parent.unproven_mass + Fraction(1, 8100)))

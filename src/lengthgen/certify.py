@@ -55,10 +55,10 @@ def certify(model: torch.nn.Module, n: int, start: int, *, max_width: int = 2, m
     (``keep_enclosures``: each also keeps its configurations' logit-difference enclosures;
     ``tail``: "both" runs the affine tail on what the plain interval pass leaves unproven,
     "interval" the plain pass only, "affine" the affine tail only; ``positions``: only these answer
-    positions, for tests and figures — the bound needs them all; ``widen_to``: an answer position
-    left with unproven configurations is certified again with a window one significance wider, up
-    to this width, and the run with the least unproven mass is kept: each run is a proof of its own
-    about that position, so the bound may use either)."""
+    positions, for tests and figures — the bound needs them all; ``widen_to``: the configurations an
+    answer position leaves unproven are split into those of a window one significance wider and
+    certified again, up to this width: a branch and bound whose proven parts each stand on a proof
+    of their own)."""
     w = OneLayer.from_model(model)
     lay = Layout(n, start, ADDITION.EOS, ADDITION.PLUS, ADDITION.EQUALS)
     tables = Tables.build(w)
@@ -76,8 +76,7 @@ def certify(model: torch.nn.Module, n: int, start: int, *, max_width: int = 2, m
         for width in range(max_width + 1, max(certifiers) + 1):
             if best.unproven_mass == 0 or width > n:
                 break
-            wider = certifiers[width].certify(r)
-            best = wider if wider.unproven_mass < best.unproven_mass else best
+            best = certifiers[width].certify(r, refine=best)
         results.append(best)
     return results
 
@@ -152,8 +151,9 @@ def parser() -> OneLineParser:
     p.add_argument("--max-width", type=int, default=2, help="significances per local configuration window "
                    "(cost grows 55× per extra one)")
     p.add_argument("--widen-to", type=int, default=None, metavar="W",
-                   help="certify an answer position left with unproven configurations again with a window one "
-                   "significance wider, up to W significances (55× the configurations per step; off by default)")
+                   help="split the configurations an answer position leaves unproven into those of a window one "
+                   "significance wider and certify those again, up to W significances (55× per unproven "
+                   "configuration per step; off by default)")
     p.add_argument("--tail", default="both", choices=["both", "interval", "affine"],
                    help="after attention: plain intervals, then affine forms on what they leave unproven (both, "
                    "the default); or only one of the two")

@@ -149,6 +149,26 @@ def propagate(a: np.ndarray, b: np.ndarray, carry: np.ndarray) -> tuple[np.ndarr
     return c, k
 
 
+def refining(parent: PositionResult, lo: int, hi: int, a: np.ndarray, b: np.ndarray, carry: np.ndarray) -> np.ndarray:
+    """Which configurations (a, b, carry) of window [lo, hi] lie inside one that ``parent`` (a result
+    of a window inside [lo, hi]) left unproven: the same digits on the parent's window and the same
+    carry into it (the carry into lo propagated through the significances below the parent's)."""
+    plo, phi = parent.window
+    if not lo <= plo <= phi <= hi:
+        raise ValueError(f"window [{lo}, {hi}] does not contain the window [{plo}, {phi}] it refines")
+    below = plo - lo
+    _, carry_in = propagate(a[:, :below], b[:, :below], carry)
+    cols = slice(below, phi - lo + 1)
+    if not parent.failed:
+        return np.zeros(len(a), dtype=bool)
+    pa, pb = (np.array([f[i] for f in parent.failed]).reshape(len(parent.failed), -1) for i in (0, 1))
+    pc = np.array([f[2] for f in parent.failed])
+
+    def key(x: np.ndarray, y: np.ndarray, k: np.ndarray) -> np.ndarray:  # int64: at most 9 columns
+        return np.sum((x * 10 + y) * 100 ** np.arange(x.shape[1], dtype=np.int64), axis=1) * 2 + k
+    return np.isin(key(a[:, cols], b[:, cols], carry_in), key(pa, pb, pc))
+
+
 class PositionCertifier:
     """Certificate of the answer positions of one operand length (see the module docstring)."""
 
@@ -199,15 +219,22 @@ class PositionCertifier:
         return lo, hi
 
     # -- one answer position -----------------------------------------------------------------------
-    def inputs(self, r: int, sample: int | None = None) -> PositionInputs:
-        """Window, local configurations (at most ``sample`` of them, evenly spaced, when given),
-        query tokens, targets, fixed keys and per-head constants of answer position r (for
-        :meth:`certify`, benchmarks and tests of single stages)."""
+    def inputs(self, r: int, sample: int | None = None, refine: PositionResult | None = None) -> PositionInputs:
+        """Window, local configurations (at most ``sample`` of them, evenly spaced, when given; only
+        those that refine a configuration ``refine`` left unproven, when given), query tokens,
+        targets, fixed keys and per-head constants of answer position r (for :meth:`certify`,
+        benchmarks and tests of single stages)."""
         lay = self.lay
         qid = lay.query_id(r)
         scores = [self.t.scores(h, qid) for h in range(self.w.n_heads)]
         lo, hi = self._window(r, scores)
         a, b, carry, mult = configurations(lay, lo, hi)
+        if refine is not None:
+            keep = refining(refine, lo, hi, a, b, carry)
+            a, b, carry, mult = a[keep], b[keep], carry[keep], mult[keep]
+            if self._mass(lo, hi, carry, mult) != refine.unproven_mass:
+                raise RuntimeError(f"answer position {r}: the configurations of window [{lo}, {hi}] that refine "
+                                   f"the unproven ones of {list(refine.window)} do not carry their mass")
         if sample is not None:
             pick = np.unique(np.linspace(0, len(a) - 1, min(sample, len(a))).astype(int))
             a, b, carry, mult = a[pick], b[pick], carry[pick], mult[pick]
@@ -219,9 +246,20 @@ class PositionCertifier:
         heads = [self._head_constants(scores[h], h, slots, free) for h in range(self.w.n_heads)]
         return PositionInputs(qid, (lo, hi), a, b, carry, mult, query_tok, target, slots, heads)
 
-    def certify(self, r: int) -> PositionResult:
+    def _mass(self, lo: int, hi: int, carry: np.ndarray, mult: np.ndarray) -> Fraction:
+        """Probability of a set of configurations of window [lo, hi] (``mult`` ordered ones each)."""
+        digit_mass = Fraction(1)
+        for j in range(lo, hi + 1):
+            digit_mass /= len(self.lay.digit_set(j)) ** 2
+        return digit_mass * sum((carry_probability(lo, k) * int(mult[carry == k].sum()) for k in (0, 1)), Fraction(0))
+
+    def certify(self, r: int, refine: PositionResult | None = None) -> PositionResult:
+        """What answer position r proves; with ``refine`` (a result of a narrower window), only the
+        configurations that refine those it left unproven are certified, and the result counts the
+        ones it proved as proven: each configuration of the wider window lies inside exactly one of
+        the narrower window's, so a proof of that one covers it."""
         lay = self.lay
-        p = self.inputs(r)
+        p = self.inputs(r, refine=refine)
         qid, (lo, hi), a, b, carry, mult = p.qid, p.window, p.a, p.b, p.carry, p.mult
         query_tok, target, slots, heads = p.query_tok, p.target, p.slots, p.heads
         ok = np.zeros(len(a), dtype=bool)
@@ -245,17 +283,15 @@ class PositionCertifier:
             ok[sel] = low.min(axis=1) > self.margin
             margins.append(low.min(axis=1))
             kept.append(diff)
-        digit_mass = Fraction(1)
-        for j in range(lo, hi + 1):
-            digit_mass /= len(lay.digit_set(j)) ** 2
-        unproven = sum((carry_probability(lo, int(k)) * int(mult[~ok & (carry == k)].sum()) for k in (0, 1)), Fraction(0))
-        low = np.concatenate(margins)
+        low = np.concatenate(margins) if margins else np.zeros(0)
         bad = np.flatnonzero(~ok)
         bad = bad[np.argsort(low[bad], kind="stable")]  # the likeliest real failures first
-        proven_margins = low[ok]
-        return PositionResult(r, (lo, hi), int(mult.sum()), int(mult[ok].sum()), unproven * digit_mass,
-                              [(a[i], b[i], int(carry[i])) for i in bad], share,
-                              float(proven_margins.min()) if len(proven_margins) else np.inf,
+        smallest = float(low[ok].min()) if ok.any() else np.inf
+        total = int(configurations(lay, lo, hi)[3].sum())
+        if refine is not None:
+            share, smallest = max(share, refine.max_free_share), min(smallest, refine.min_margin)
+        return PositionResult(r, (lo, hi), total, total - int(mult[~ok].sum()), self._mass(lo, hi, carry[~ok], mult[~ok]),
+                              [(a[i], b[i], int(carry[i])) for i in bad], share, smallest,
                               (a, b, carry, np.concatenate([k.lo for k in kept]), np.concatenate([k.hi for k in kept]))
                               if self.keep else None)
 
