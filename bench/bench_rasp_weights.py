@@ -12,6 +12,7 @@ Prints, as Markdown tables:
    (teacher-forced) and, at the first failure, which s-op decodes wrong first.
 
     python bench/bench_rasp_weights.py [--quick] [--threads 1] [--json PATH]
+    python bench/bench_rasp_weights.py --ngram-growth --threads 1   # n-gram orders up to 16
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ import torch
 from rasp import lib
 from rasp.turing.program import compile_turing_machine
 from rasp.core import Aggregate, Comparison, Map, Select, indices, numerical, tokens
+from rasp.turing.cli import resolve
 from rasp.turing.library import TASKS
 from rasp.turing.machines import Vocab, build_trace, min_ngram, simulate, split_configs
 from rasp.tracr_ops import LinearSequenceMap
@@ -79,6 +81,21 @@ def size_table(max_seq_len: int) -> list[dict]:
 def run_trace(task: str, text: str) -> dict:
     """Compile P for the trace's length and decode it greedily; compare with the simulator."""
     tm, tape, vocab, ref, n = machine_trace(task, text)
+    return {"task": task, "digits": max(len(x) for x in text.split("+")), **run_machine(tm, tape, ref, n)}
+
+
+def ngram_growth(spec: str, tape_text: str, orders: list[int]) -> list[dict]:
+    """One random machine's trace through P compiled at growing n-gram orders (the premise's
+    order first): each extra order adds one query cell and one key cell of 2·|V| table entries."""
+    sample = resolve(spec, tape_text, 100_000)
+    tm, tape = sample.machine, sample.machine.parse_tape(tape_text)
+    ref = build_trace(simulate(tm, tape, 100_000), Vocab.for_machine(tm))
+    premise = min_ngram(split_configs(ref, Vocab.for_machine(tm)))
+    return [{"machine": spec, "premise_ngram": premise, **run_machine(tm, tape, ref, n, interpreter=False)}
+            for n in sorted({premise, *(n for n in orders if n > premise)})]
+
+
+def run_machine(tm, tape, ref: list[int], n: int, interpreter: bool = True) -> dict:
     L = len(tape)
     t0 = time.perf_counter()
     compiled = transformer_program(tm, n).to_transformer(len(ref))
@@ -88,18 +105,18 @@ def run_trace(task: str, text: str) -> dict:
     t1, c1 = time.perf_counter(), time.process_time()
     got = compiled.greedy(ref[:L + 2], len(ref), monitor=False)
     t2, c2 = time.perf_counter(), time.process_time()
-    interp = compile_turing_machine(tm, n)
-    t3 = time.perf_counter()
-    got_interp = interp.greedy(ref[:L + 2], len(ref), monitor=False)
-    t4 = time.perf_counter()
     generated = len(ref) - L - 2
-    return {"task": task, "digits": max(len(x) for x in text.split("+")), "ngram": n,
-            "trace_tokens": len(ref), "exact": got == ref, "interpreter_exact": got_interp == ref,
-            "teacher_forced_exact": teacher == ref[L + 2:], "teacher_forced_s": round(t_teacher, 2),
-            "compile_s": round(compiled.compiled.seconds, 2), "greedy_s": round(t2 - t1, 2),
-            "greedy_cpu_s": round(c2 - c1, 2),
-            "transformer_tok_per_s": round(generated / (t2 - t1), 1),
-            "interpreter_tok_per_s": round(generated / (t4 - t3), 1), **compiled.compiled.stats}
+    row = {"ngram": n, "trace_tokens": len(ref), "exact": got == ref,
+           "teacher_forced_exact": teacher == ref[L + 2:], "teacher_forced_s": round(t_teacher, 2),
+           "compile_s": round(compiled.compiled.seconds, 2), "greedy_s": round(t2 - t1, 2),
+           "greedy_cpu_s": round(c2 - c1, 2), "transformer_tok_per_s": round(generated / (t2 - t1), 1),
+           **compiled.compiled.stats}
+    if interpreter:
+        interp = compile_turing_machine(tm, n)
+        t3 = time.perf_counter()
+        got_interp = interp.greedy(ref[:L + 2], len(ref), monitor=False)
+        row.update(interpreter_exact=got_interp == ref, interpreter_tok_per_s=round(generated / (time.perf_counter() - t3), 1))
+    return row
 
 
 def float32_limit(lengths: list[int]) -> list[dict]:
@@ -190,10 +207,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", metavar="PATH")
     p.add_argument("--float32-only", action="store_true", help="only the float32 table of library programs")
     p.add_argument("--long-only", action="store_true", help="only the >= 10^4-token trace")
+    p.add_argument("--ngram-growth", action="store_true",
+                   help="only an 8-state, 8-symbol random machine's trace at n-gram orders up to 16")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     sys.set_int_max_str_digits(0)
     results = {}
+    if args.ngram_growth:
+        rows = ngram_growth("random:3:8:8", "1 2 3 4 5 6 7 0 1 2 3 4 5 6 7", [4, 8, 12, 16])
+        print(markdown(rows, ["machine", "trace_tokens", "premise_ngram", "ngram", "exact", "teacher_forced_exact",
+                              "compile_s", "greedy_s", "transformer_tok_per_s", "heads", "d_model", "d_mlp",
+                              "mlp_units", "params"]))
+        return 0
     if args.long_only:
         rng = random.Random(1)
         digits = ["".join(rng.choice("0123456789") for _ in range(d)) for d in (20, 20, 98, 98)]  # as the full run

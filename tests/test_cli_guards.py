@@ -255,13 +255,13 @@ def test_scientific_rounds_the_whole_number():
 
 
 def test_the_turing_figure_refuses_an_input_its_compiled_program_cannot_hold(tmp_path, capsys):
-    """A 16-digit addition: program P's lookup tables exceed what the weight compiler builds; the
-    figure command says so in one line and writes nothing (the wording is the compiler's)."""
+    """A 16-digit addition: its trace is too long for a figure that labels every token; the figure
+    command says so in one line and writes nothing."""
     from rasp.turing import plot
 
     out = tmp_path / "turing.png"
     assert_one_line_error(plot.main, ["--input", "9999999999999999+1", "--out", str(out)],
-                          "python -m rasp.turing.plot", "", capsys)
+                          "python -m rasp.turing.plot", "use a shorter input", capsys)
     assert list(tmp_path.iterdir()) == []
 
 

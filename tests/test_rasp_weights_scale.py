@@ -119,14 +119,16 @@ def test_a_table_over_the_lookup_limit_names_the_limit_and_the_size():
 
 
 def test_cli_transformer_backend_over_a_limit_is_one_line(capsys):
-    status = main(["--machine", "addition", "--input", "9999999999999999+9999999999999999",
+    """A 40-state, 40-symbol machine: the local rule's table (|classes|^2 x |tokens|) passes
+    LOOKUP_MAX whatever the input."""
+    status = main(["--machine", "random:1:40:40", "--input", "s0 s1 s1 s0 s1",
                    "--backend", "transformer", "--mode", "teacher"])
     captured = capsys.readouterr()
     assert status == 2 and captured.out == ""
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1, lines
     assert "LOOKUP_MAX = 400000" in lines[0] and "--backend interpreter" in lines[0]
-    assert "fewer digits" in lines[0] and "sequencemap" not in lines[0]
+    assert "fewer states and symbols" in lines[0] and "sequencemap" not in lines[0]
 
 
 def test_a_lookup_of_seven_inputs_is_exact():

@@ -101,11 +101,13 @@ def test_figure_cli_refuses_bad_input_in_one_line(tmp_path) -> None:
     assert not (tmp_path / "x.png").exists()
 
 
-@pytest.mark.parametrize("machine, ngram", [("increment", 2), ("addition", 3), ("random:2", 2)])
+@pytest.mark.parametrize("machine, ngram", [("increment", 2), ("addition", 3), ("random:2", 2), ("random:2", 6)])
 def test_compiled_program_equals_the_interpreters_program_p_on_any_tokens(machine, ngram):
     """Weights == interpreter as functions, not only on traces: on random token sequences (SEP,
-    BOS and EOS anywhere) the compiled transformer's output equals the interpreter's program P
-    (rasp.turing.program, which has the lookup guard) at every position."""
+    BOS and EOS anywhere, every other sequence dense with SEP and BOS, so that an n-gram window
+    holds several) the compiled transformer's output equals the interpreter's program P
+    (rasp.turing.program, which has the lookup guard and masks the n-grams with its own chain of
+    flags) at every position."""
     import random
 
     from rasp.turing.program import compile_turing_machine
@@ -119,7 +121,28 @@ def test_compiled_program_equals_the_interpreters_program_p_on_any_tokens(machin
     compiled = transformer_program(tm, ngram, vocab=vocab).to_transformer(40).compiled
     rng = random.Random(ngram)
     cells = list(range(vocab.BOS))
-    for _ in range(20):
-        xs = [vocab.BOS] + [rng.choice([vocab.SEP] * 3 + cells + [vocab.BOS, vocab.EOS])
+    for i in range(20):
+        weight = 3 if i % 2 else len(cells) // 2
+        xs = [vocab.BOS] + [rng.choice([vocab.SEP] * weight + cells + [vocab.BOS] * (weight // 3 + 1) + [vocab.EOS])
                             for _ in range(rng.randrange(1, 40))]
         assert compiled.run(xs) == list(evaluate(interp.output, xs, causal=True).column(interp.output))
+
+
+def test_the_n_gram_costs_linearly_many_hidden_units_and_16_compiles():
+    """An 8-state, 8-symbol machine: each extra n-gram cell costs the same number of hidden units
+    (its table reads the cell's token and whether a separator lies inside its window, 2 x |tokens|
+    entries, not |tokens| x 2^d), so the units grow by equal steps from n = 4 to 8 to 16; at n = 16,
+    the largest order the 15-cell tape allows, P compiles and reproduces the simulator's trace."""
+    from rasp.turing.cli import resolve
+
+    tape = "1 2 3 4 5 6 7 0 1 2 3 4 5 6 7"
+    tm = resolve("random:1:8:8", tape, 10_000).machine
+    units = {n: transformer_program(tm, n).to_transformer(64).compiled.stats["mlp_units"] for n in (4, 8, 16)}
+    step = (units[8] - units[4]) / 4
+    assert step > 0 and units[16] - units[8] == 8 * step, units
+    tape_cells = tm.parse_tape(tape)
+    vocab, ref, _ = _reference(tm, tape_cells)
+    compiled = transformer_program(tm, 16).to_transformer(len(ref))
+    L = len(tape_cells)
+    assert compiled.teacher_forced(ref) == ref[L + 2:]
+    assert compiled.greedy(ref[:L + 2], len(ref)) == ref

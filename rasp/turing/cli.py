@@ -249,8 +249,8 @@ def _run_transformer_backend(tm: TuringMachine, n: int, vocab: Vocab, ref: list[
     except CompileLimitError as exc:
         raise RASPError(f"--backend transformer: for this input program P (ngram={n}, "
                         f"{len(ref)} trace tokens) needs {exc.what}, over the compiler's limit "
-                        f"{exc.limit_name} = {exc.limit}; use a shorter input (fewer digits), or "
-                        "--backend interpreter") from None
+                        f"{exc.limit_name} = {exc.limit}; use --backend interpreter, or a machine with fewer "
+                        "states and symbols or a shorter input") from None
     except CompileError as exc:
         raise RASPError(f"--backend transformer: program P for this input does not compile to "
                         f"weights ({exc}); use --backend interpreter") from None

@@ -32,8 +32,10 @@ SELECT_ROLES = {
     "at_match": "read-out: the new symbol at the matched key",
 }
 #: the values a shift head copies, in words
-VALUE_WORDS = {"tokens": "token", "left_class": "left cell's class", "nc": "new symbol", "nc_is_sep": "new symbol is SEP",
-               "is_sep": "token is SEP", "last_sep": "latest SEP position"}
+VALUE_WORDS = {"tokens": "token", "left_class": "left cell's class", "nc": "new symbol", "sep_flag": "token is SEP",
+               "sep_or_bos_flag": "token is SEP or BOS", "last_sep": "latest SEP position"}
+#: the longest trace the figure draws: every token is labelled on both axes
+MAX_TOKENS = 120
 _PART = re.compile(r"(?P<name>\S+) = Aggregate\((?P<select>[a-z_]+?)(?:_(?P<shift>\d+))?(?:\[\d+\])?:"
                    r".*, (?P<values>\w+), reduce=")
 
@@ -65,6 +67,9 @@ def draw(task: str, text: str, out: list[Path]) -> None:
     tm, tape = TASKS[task].build(text)
     vocab = Vocab.for_machine(tm)
     ref = build_trace(simulate(tm, tape, 1000), vocab)
+    if len(ref) > MAX_TOKENS:
+        raise RASPError(f"the {task} trace of {text!r} has {len(ref)} tokens; the figure labels every token and "
+                        f"draws traces of at most {MAX_TOKENS}: use a shorter input")
     n = min_ngram(split_configs(ref, vocab))
     compiled = transformer_program(tm, n).to_transformer(len(ref))
     ct = compiled.compiled

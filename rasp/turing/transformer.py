@@ -9,8 +9,12 @@ compiled model against the reference simulator, :func:`rasp.turing.machines.simu
 1. ``nc = F(l, c, r)`` reads ``l`` and ``r`` only through small classes (a wall, the state a
    head hands to that side, or nothing), so the lookup MLP enumerates |classes|^2 * |V| triples
    instead of |V|^3; the classes are shifted copies of a token-wise Map (an embedding).
-2. Each masked n-gram cell ``u_d`` is one lookup of ``(s[i-d], is_sep[i-d+1..i])`` (a tuple of
-   shifts) instead of a chain of ORs, so the n-grams cost one MLP layer, not n - 1.
+2. Each masked n-gram cell ``u_d`` is one lookup of ``s[i-d]`` and whether a separator lies in
+   ``i-d+1..i`` (a numerical sum of shifted 0/1 flags, read linearly, then a step) instead of a
+   chain of ORs, so the n-grams cost one MLP layer, not n - 1, and each cell's table has
+   2·|values of s| entries: the hidden units grow linearly in n (a lookup over the tuple of the
+   d flags would have 2^d·|values| entries). On the key side the flags ``nc[k] == SEP`` are
+   ``tokens[k-1] in {SEP, BOS}`` (the first case of F), shifts of a token-wise map.
 3. ``halted = last_halt > last_sep`` is the numerical difference (a linear layer) and a step.
 
 The guard of the lookup (:func:`rasp.turing.rules.lookup_guard`: the key lies in the configuration
@@ -53,16 +57,24 @@ class TransformerProgram:
         return CompiledTuringProgram(self, ct)
 
 
-def _masked_ngram(s: SOp, is_sep: SOp, n: int, offset: int) -> SOp:
-    """``lib.masked_ngram`` with each cell a single lookup (rewrite 2 of the module docstring)."""
-    cols = [lib.shift_right(s, offset, EDGE) if offset else s]
+def _masked_ngram(s: SOp, sep_flag: SOp, n: int, offset: int, flag_offset: int) -> SOp:
+    """``lib.masked_ngram`` of ``s`` with each cell a single lookup (rewrite 2 of the module
+    docstring). ``sep_flag[i]`` is 1 where the separator stream holds at ``i + offset - flag_offset``
+    (0 otherwise), so that it can be a token-wise Map shifted once. Cell ``u_d`` reads
+    ``s[i-offset-d]`` and how many of the separator flags at ``i-offset-d+1 .. i-offset`` hold: a
+    sum of shifted flags, which the compiler reads linearly (one identity table on d + 1 values),
+    so the cell's table has |values of s| x (d + 1) entries, not |values of s| x 2^d."""
+    def shifted(x: SOp, d: int, default: Any) -> SOp:
+        return lib.shift_right(x, d, default) if d else x
+
+    flags = [shifted(sep_flag, j + flag_offset, 0) for j in range(n - 1)]
+    cols = [shifted(s, offset, EDGE)]
     for d in range(1, n):
-        flags = [lib.shift_right(is_sep, j + offset, False) if j + offset else is_sep for j in range(d)]
-        window = Map(lib.tuple_singleton, flags[0])
-        for f in flags[1:]:
-            window = SequenceMap(lib.tuple_append, window, f)
-        cols.append(SequenceMap(lambda v, w: NULL if any(w) else v,
-                                lib.shift_right(s, d + offset, EDGE), window))
+        seps = flags[0]
+        for flag in flags[1:d]:  # a fresh numerical sum per cell: no layer, no dimension
+            seps = numerical(seps + flag)
+        cut = seps if d == 1 else Map(lambda k: k > 0, seps)
+        cols.append(SequenceMap(lambda v, k: NULL if k else v, shifted(s, d + offset, EDGE), cut))
     gram = Map(lib.tuple_singleton, cols[-1])
     for col in reversed(cols[:-1]):
         gram = SequenceMap(lib.tuple_append, gram, col)
@@ -94,11 +106,12 @@ def transformer_program(tm: TuringMachine, ngram: int, *, vocab: Vocab | None = 
     kr = Map(right_cls, tok).named("r_class")
     window = lib.make_pair(kl, p1)
     nc = SequenceMap(lambda lc, r: F(lc[0], lc[1], r), window, kr).named("nc")
-    nc_is_sep = SequenceMap(lambda lc, r: F(lc[0], lc[1], r) == SEP, window, kr).named("nc_is_sep")
-    is_sep = Map(lambda t: t == SEP, tok).named("is_sep")
-    query = _masked_ngram(tok, is_sep, ngram, 0).named("query")
-    key = _masked_ngram(nc, nc_is_sep, ngram, 1).named("key")
     is_sb = Map(lambda t: t == SEP or t == BOS, tok).named("is_sep_or_bos")
+    query = _masked_ngram(tok, Map(lambda t: int(t == SEP), tok).named("sep_flag"), ngram, 0, 0).named("query")
+    # nc[k] is SEP exactly where tokens[k-1] is SEP or BOS (F's first case), so the key's
+    # separator flags are shifts of a token-wise Map, one position further back
+    key = _masked_ngram(nc, Map(lambda t: int(t == SEP or t == BOS), tok).named("sep_or_bos_flag"),
+                        ngram, 1, 2).named("key")
     last_sep = Aggregate(Select(is_sb, Full(True), Comparison.EQ).named("sep_or_bos"), indices,
                          default=-1, reduce="max").named("last_sep")
     match = Aggregate(Select(key, query, Comparison.EQ).named("same_ngram") & lookup_guard(last_sep),
