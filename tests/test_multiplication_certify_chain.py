@@ -1,0 +1,159 @@
+"""The chain of the multiplication certificate (constructions/multiplication/certify/margins.py,
+docs/multiplication.md, "Certificate"): what it prints and how it decides, checked against the docs,
+the model's weights, the design's attended sets and a float64 forward pass, at N = 1 (a certificate
+in about a second) and with the steps before the MLP tables at N = 5:
+
+* the answer classes are those of the docs: '=', c_0, c_1, c_i for 2 ≤ i ≤ n − 2, c_{n−1}, c_n, c_{n+1};
+* ρ is printed on exactly the coordinates layer 3 and the readout read; |S| per head is the size of
+  the design's attended sets; the heads that select by content alone are the ones whose keys read
+  no position row;
+* the position table must hold the IDs up to s + n + 2, and the message says so;
+* a class with slack exactly 1 fails (> 1 passes), and the message of each failure names the class
+  and the logit pair with its numbers (readout) or the unit (stability);
+* the MLP tables cached for one model are not reused for a model whose layer-2 MLP differs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from constructions.multiplication import build_model, instance
+from constructions.multiplication.certify import margins
+from constructions.multiplication.certify.layers import Frame, layer1, layer2
+from constructions.multiplication.certify.margins import AnswerResidual, answer_classes, answer_residual, certify, deviations
+from constructions.multiplication.certify.weights import StructureError, Weights
+from constructions.multiplication.layout import START_ID
+from lengthgen.proof.interval import Iv
+from multiplication_checks import wrong_pairs
+from multiplication_oracle import designed_set, float64_copy
+
+WIDTH = 69
+
+
+def _docs_classes(n: int) -> list[str]:
+    """The class of each answer position '=', c_0 … c_{n+1} (docs/multiplication.md, "Certificate")."""
+    return ["=" if i == -1 else "middle" if 2 <= i <= n - 2 else f"c_{i}" for i in range(-1, n + 2)]
+
+
+def _same_partition(signature: np.ndarray, names: list[str]) -> bool:
+    return all((signature[j] == signature[k]) == (names[j] == names[k]) for j in range(len(names)) for k in range(len(names)))
+
+
+@pytest.mark.parametrize("n", range(1, 9))
+def test_answer_positions_fall_into_the_classes_of_the_docs(n: int) -> None:
+    """With nothing read at all (no head, the same fixed part everywhere), the classes are set by
+    where the answer position sits alone: which of a_{i+1} … a_{i−2} exist, the carries, '=' or a digit."""
+    Q = n + 3
+    i = np.arange(Q) - 1
+    answer = AnswerResidual(Iv.exact(np.zeros((Q, 1))), [], [], i, i >= 0)
+    classes = answer_classes(Frame.build(n, START_ID), answer)
+    assert _same_partition(classes.signature, _docs_classes(n)), (n, classes.signature)
+
+
+def test_the_built_model_at_n5_has_the_classes_of_the_docs_and_rho_on_what_layer3_reads() -> None:
+    """Steps 1-5 of the chain on the built N = 5 model (no MLP tables): 7 classes, c_2 and c_3 in one;
+    ρ on exactly the coordinates W_in of layer 3 or W_U read."""
+    n = 5
+    model = build_model(n_digits=n, d_model=WIDTH)[0]
+    W = Weights.from_model(model)
+    frame = Frame.build(n, START_ID)
+    l1 = layer1(W, frame)
+    l2 = layer2(W, frame, l1)
+    dev = deviations(W, l1, l2)
+    classes = answer_classes(frame, answer_residual(W, frame, l1, l2, dev.D))
+    assert _same_partition(classes.signature, _docs_classes(n)) and classes.signature.max() == 6, classes.signature
+    read = np.any(model.blocks[2].mlp.W_in.detach().numpy() != 0, axis=1) | np.any(model.unembed.W_U.detach().numpy() != 0, axis=1)
+    assert np.array_equal(dev.D[dev.read3], np.nonzero(read)[0])
+
+
+def test_the_printed_certificate_of_the_one_digit_model() -> None:
+    """PASS with reason "" and message "PASS"; every answer position in one class; per head the
+    printed fields, |S| ∈ the sizes of the design's attended sets, position-free exactly when W_K
+    reads no position row; ρ on exactly what layer 3 and the readout read."""
+    n = 1
+    model = build_model(n_digits=n, d_model=WIDTH, M=9.0)[0]
+    cert = certify(model, n)
+    assert (cert.n, cert.passed, cert.reason, cert.message) == (n, True, "", "PASS")
+    assert sum(count for _, count, _, _, _ in cert.classes) == n + 3 == len(cert.classes)
+    labels = model.annotations.residual
+    inst = instance("7", 38)
+    tokens, ids = inst.tokens[:-1], inst.pos_ids[:-1]
+    heads = [(0, 0), (0, 1), *((1, h) for h in range(6))]
+    for info, (layer, h) in zip(cert.heads, heads, strict=True):
+        assert set(info) == {"name", "sizes", "gap", "leak", "eta", "tv", "position_free"}
+        queries = range(len(tokens)) if layer == 0 else range(n + 4, len(tokens))
+        assert info["sizes"] == sorted({len(designed_set(n, ids, tokens, layer, h, q)) for q in queries}), info
+        W_K = model.blocks[layer].attn.W_K[h].detach().numpy()
+        reads_position = any(labels[r].startswith("POS") for r in np.nonzero(np.any(W_K != 0, axis=1))[0])
+        assert info["position_free"] is (not reads_position), info
+    read = np.any(model.blocks[2].mlp.W_in.detach().numpy() != 0, axis=1) | np.any(model.unembed.W_U.detach().numpy() != 0, axis=1)
+    assert set(cert.rho) == {labels[c] for c in np.nonzero(read)[0]}
+
+
+def test_the_position_table_must_hold_the_ids_up_to_s_plus_n_plus_2(monkeypatch) -> None:
+    """A model built for N = 2 holds IDs 0 … s + 4: N = 3 needs s + 5 and raises; N = 2 goes on to read
+    the weights (here a StructureError at once: a FAIL with reason "structure")."""
+    model = build_model(n_digits=2, d_model=WIDTH)[0]
+    last = model.cfg.n_ctx - 1
+    assert last == START_ID + 4
+    with pytest.raises(ValueError) as err:
+        certify(model, 3)
+    assert str(err.value) == f"3-digit operands need position IDs up to {START_ID + 5}; the model's table stops at {last}"
+
+    def refuse(*args, **kw):
+        raise StructureError("not read")
+
+    monkeypatch.setattr(margins.Weights, "from_model", refuse)
+    cert = certify(model, 2)
+    assert (cert.n, cert.passed, cert.reason, cert.message) == (2, False, "structure", "not read")
+
+
+def test_slack_exactly_one_fails_and_the_message_names_the_binding_check(monkeypatch) -> None:
+    """docs/multiplication.md: a class passes when its slack is > 1. Every class's check replaced by
+    a fixed outcome: slack 1 fails with the check's reason, and the message names the class and then
+    the logit pair, what it needs and its margin (readout) or the unit's sentence (stability)."""
+    model = build_model(n_digits=1, d_model=WIDTH, M=9.0)[0]
+    cache: dict = {}
+
+    def outcome(slack: float, reason: str, where: str):
+        fixed = margins.Check(slack, 0.375, 0.375 / slack, 2.0, 1.0, reason, where)
+        monkeypatch.setattr(margins, "check", lambda *args: fixed)
+        return certify(model, 1, cache=cache)
+
+    cert = outcome(1.5, "", "logit(1) − logit(2)")
+    assert cert.passed and cert.slack == 1.5 and cert.message == "PASS"
+    cert = outcome(1.0, "readout", "logit(3) − logit(4)")
+    assert not cert.passed and cert.reason == "readout", cert.message
+    assert re.fullmatch(r".+ \(reads .+\): logit\(3\) − logit\(4\) needs 0\.375 but its hard-max margin is 0\.375 "
+                        r"\(slack ×1\)", cert.message), cert.message
+    cert = outcome(0.5, "stability", "layer-3 unit 7 keeps its sign")
+    assert not cert.passed and cert.reason == "stability", cert.message
+    assert re.fullmatch(r".+ \(reads .+\): layer-3 unit 7 keeps its sign", cert.message), cert.message
+
+
+def _unit(model, prefix: str) -> int:
+    return next(k for k, u in enumerate(model.annotations.mlp) if u.startswith(prefix))
+
+
+@pytest.mark.parametrize("edit", [
+    lambda m, L: m.blocks[1].mlp.W_in.__setitem__((L.index("B0"), _unit(m, "B1xA1_k1_on")), 5.0),
+    lambda m, L: m.blocks[1].mlp.b_in.__setitem__(_unit(m, "B1xA1_k1_on"), 50.0),
+    lambda m, L: m.blocks[1].mlp.W_out.__setitem__((_unit(m, "B1xA1_k1_on"), L.index("PROD")), 80.0),
+    lambda m, L: m.blocks[1].mlp.b_out.__setitem__(L.index("PROD"), 50.0),
+], ids=["W_in", "b_in", "W_out", "b_out"])
+def test_cached_mlp_tables_are_not_reused_for_another_layer2_mlp(edit) -> None:
+    """The built N = 1 model passes and fills the cache; one weight of its layer-2 MLP changed makes a
+    model that a float64 forward pass shows wrong, and with the same cache the certificate must FAIL."""
+    cache: dict = {}
+    model = build_model(n_digits=1, d_model=WIDTH, M=9.0)[0]
+    assert certify(model, 1, cache=cache).passed
+    with torch.no_grad():
+        edit(model, model.annotations.residual)
+    pairs = [(str(a), b) for a in range(10) for b in (0, 7, 38, 99)]
+    assert wrong_pairs(float64_copy(model), pairs)
+    cert = certify(model, 1, cache=cache)
+    assert not cert.passed, cert.message
