@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -25,7 +26,7 @@ from constructions.multiplication import build_model, instance
 from constructions.multiplication.certify import margins
 from constructions.multiplication.certify.layers import Frame, layer1, layer2
 from constructions.multiplication.certify.margins import AnswerResidual, answer_classes, answer_residual, certify, deviations
-from constructions.multiplication.certify.weights import StructureError, Weights
+from constructions.multiplication.certify.weights import DIGITS, StructureError, Weights
 from constructions.multiplication.layout import START_ID
 from lengthgen.proof.interval import Iv
 from multiplication_checks import wrong_pairs
@@ -157,3 +158,82 @@ def test_cached_mlp_tables_are_not_reused_for_another_layer2_mlp(edit) -> None:
     assert wrong_pairs(float64_copy(model), pairs)
     cert = certify(model, 1, cache=cache)
     assert not cert.passed, cert.message
+
+
+def _disguise(model) -> None:
+    """The same function at every answer position, with every term of the hard-max residual in use:
+    layer-1 and layer-2 attention add output biases to A0 (10 and 7; a step of layer 3 lies 45 above a
+    multiple of 100 of PROD = b_0·A0 + b_1·A1, so an A0 off by 10 or 7 shows at b_0 = 9) that the
+    layer-2 MLP, layer 3 and the readout subtract again; the a heads' values read ONE (1 everywhere)
+    and b_V takes it off; the b_0 head's value reads a position row, whose part at b_0's ID the
+    layer-2 output bias takes off, and also writes its digit to IS_BOS, which nothing after layer 2
+    reads (and which sorts just before ONE, which the MLPs do read)."""
+    L = model.annotations.residual
+    a0, one, unread, b0 = (L.index(k) for k in ("A0", "ONE", "IS_BOS", "B0"))
+    blocks = model.blocks
+    blocks[0].attn.b_O[a0] += 10.0
+    blocks[1].attn.b_O[a0] += 7.0
+    blocks[1].mlp.b_in -= 17.0 * blocks[1].mlp.W_in[a0]
+    blocks[2].mlp.b_in -= 17.0 * blocks[2].mlp.W_in[a0]
+    model.unembed.b_U -= 17.0 * model.unembed.W_U[a0]
+    for h in range(2, 6):
+        blocks[1].attn.W_V[h][one] += 1.0
+        blocks[1].attn.b_V[h] -= 1.0
+    attn = blocks[1].attn
+    v = int(torch.nonzero(attn.W_O[0][:, b0])[0, 0])
+    pos = L.index("POS[0]")
+    id_b0 = int(instance("7", 38).pos_ids[len("7") + 3])
+    attn.W_V[0][pos, v] += 0.5
+    attn.b_O[b0] -= 0.5 * model.pos_embed.W_pos[id_b0, pos] * attn.W_O[0][v, b0]
+    attn.W_O[0][v, unread] = 1.0
+
+
+def test_a_disguised_model_passes_and_is_right_everywhere() -> None:
+    """The disguised N = 1 model is right on all 1000 inputs (float64 forward pass) and the certificate
+    PASSes it: a hard-max residual that dropped or flipped a bias, the layer-1 output, a member's
+    position or token part, or put a coordinate that nothing reads onto one that is read, does not."""
+    model = build_model(n_digits=1, d_model=WIDTH, M=9.0, dtype="float64")[0]
+    with torch.no_grad():
+        _disguise(model)
+    assert not wrong_pairs(model, [(str(a), b) for a in range(10) for b in range(100)])
+    cert = certify(model, 1)
+    assert cert.passed and cert.reason == "", cert.message
+
+
+def test_two_heads_reading_one_digit_add_their_terms() -> None:
+    """_terms by hand: two heads whose attended sets hold the same digit a_i (|S| = 2 and 4) and a digit
+    query: a_i adds T₁/2 + T₂/4, the query's own digit its embedding on D."""
+    D = np.array([1, 3])
+    W_E = np.arange(13 * 4, dtype=np.float64).reshape(13, 4)
+    t1, t2 = np.arange(20.0).reshape(10, 2), np.full((10, 2), 8.0)
+    reads = [margins.DigitReads(Iv.exact(t1), np.array([[0, -1]]), np.array([2])),
+             margins.DigitReads(Iv.exact(t2), np.array([[-1, 0]]), np.array([4]))]
+    answer = AnswerResidual(Iv.exact(np.zeros((1, 2))), reads, [("a", 0)], np.array([0]), np.array([True]))
+    terms = margins._terms(0, answer, True, SimpleNamespace(W_E=W_E), D)
+    assert list(terms) == [("a", 0), ("c", 0)]
+    exact, got = t1 / 2 + t2 / 4, terms[("a", 0)]  # an enclosure: outward-rounded by a few ulps
+    assert np.all(got.lo <= exact) and np.all(exact <= got.hi) and np.allclose(got.hi - got.lo, 0, atol=1e-12)
+    assert np.array_equal(terms[("c", 0)].lo, W_E[DIGITS][:, D])
+
+
+def test_cached_tables_are_not_reused_for_other_variables(monkeypatch) -> None:
+    """The MLP tables of a class are computed for its variables: the same rows naming other variables
+    (every a digit one place up) must not be answered from the cache."""
+    model = build_model(n_digits=1, d_model=WIDTH, M=9.0)[0]
+    W = Weights.from_model(model)
+    frame = Frame.build(1, START_ID)
+    l1 = layer1(W, frame)
+    l2 = layer2(W, frame, l1)
+    dev = deviations(W, l1, l2)
+    answer = answer_residual(W, frame, l1, l2, dev.D)
+    classes = answer_classes(frame, answer)
+    made = []
+    tables = SimpleNamespace(hardmax_error="", n_configs=1, n_groups=1, mlp2_groups=[])
+    monkeypatch.setattr(margins, "class_tables", lambda W, spec, *args: made.append(spec) or tables)
+    monkeypatch.setattr(margins, "check", lambda *args: margins.Check(2.0, 1.0, 0.5, 1.0, 0.5, "", ""))
+    cache: dict = {}
+    shifted = dataclasses.replace(answer, variables=[(v, k + (v == "a")) for v, k in answer.variables])
+    for a in (answer, shifted):
+        margins.check_classes(W, margins.Certificate(1, True, "", "PASS"), dev, a, classes, cache)
+    n_classes = int(classes.signature.max()) + 1
+    assert len(made) == 2 * n_classes
