@@ -123,7 +123,7 @@ MULTIPLICATION_TESTS = (
 )
 
 # The tests of part `multiplication-chain` (margins.py and attention.py: 1153 mutants): the tests written for
-# its first run's survivors first (about 12 s under load: every working head disguised with a score scale,
+# its first run's survivors first (about 13 s under load: every working head disguised with a score scale,
 # biases and a moved first-token position row against a float64 softmax; the chain's classes, messages,
 # slack and printed fields at N = 1 and N = 5; a disguised N = 1 model that must PASS), then those of part
 # `multiplication`. The MLP-table cache across models (6 s) runs only in the full suite.

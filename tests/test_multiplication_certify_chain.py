@@ -40,6 +40,12 @@ def _docs_classes(n: int) -> list[str]:
     return ["=" if i == -1 else "middle" if 2 <= i <= n - 2 else f"c_{i}" for i in range(-1, n + 2)]
 
 
+def _read_by_layer3(model) -> np.ndarray:
+    """The residual coordinates the layer-3 MLP or the unembedding reads (a non-zero row)."""
+    W_in, W_U = model.blocks[2].mlp.W_in.detach().numpy(), model.unembed.W_U.detach().numpy()
+    return np.nonzero(np.any(W_in != 0, axis=1) | np.any(W_U != 0, axis=1))[0]
+
+
 def _same_partition(signature: np.ndarray, names: list[str]) -> bool:
     return all((signature[j] == signature[k]) == (names[j] == names[k]) for j in range(len(names)) for k in range(len(names)))
 
@@ -67,8 +73,7 @@ def test_the_built_model_at_n5_has_the_classes_of_the_docs_and_rho_on_what_layer
     dev = deviations(W, l1, l2)
     classes = answer_classes(frame, answer_residual(W, frame, l1, l2, dev.D))
     assert _same_partition(classes.signature, _docs_classes(n)) and classes.signature.max() == 6, classes.signature
-    read = np.any(model.blocks[2].mlp.W_in.detach().numpy() != 0, axis=1) | np.any(model.unembed.W_U.detach().numpy() != 0, axis=1)
-    assert np.array_equal(dev.D[dev.read3], np.nonzero(read)[0])
+    assert np.array_equal(dev.D[dev.read3], _read_by_layer3(model))
 
 
 def test_the_printed_certificate_of_the_one_digit_model() -> None:
@@ -91,8 +96,7 @@ def test_the_printed_certificate_of_the_one_digit_model() -> None:
         W_K = model.blocks[layer].attn.W_K[h].detach().numpy()
         reads_position = any(labels[r].startswith("POS") for r in np.nonzero(np.any(W_K != 0, axis=1))[0])
         assert info["position_free"] is (not reads_position), info
-    read = np.any(model.blocks[2].mlp.W_in.detach().numpy() != 0, axis=1) | np.any(model.unembed.W_U.detach().numpy() != 0, axis=1)
-    assert set(cert.rho) == {labels[c] for c in np.nonzero(read)[0]}
+    assert set(cert.rho) == {labels[c] for c in _read_by_layer3(model)}
 
 
 def test_the_position_table_must_hold_the_ids_up_to_s_plus_n_plus_2(monkeypatch) -> None:
