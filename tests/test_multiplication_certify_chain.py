@@ -30,7 +30,7 @@ from constructions.multiplication.certify.weights import DIGITS, StructureError,
 from constructions.multiplication.layout import START_ID
 from lengthgen.proof.interval import Iv
 from multiplication_checks import wrong_pairs
-from multiplication_oracle import designed_set, float64_copy
+from multiplication_oracle import designed_set, exceeded, float64_copy, measure
 
 WIDTH = 69
 
@@ -193,8 +193,8 @@ def _disguise(model) -> None:
 
 
 def test_a_disguised_model_passes_and_is_right_everywhere() -> None:
-    """The disguised N = 1 model is right on all 1000 inputs (float64 forward pass) and the certificate
-    PASSes it: a hard-max residual that dropped or flipped a bias, the layer-1 output, a member's
+    """The disguised N = 1 model is right on all 1000 inputs (float64 forward pass), the certificate
+    PASSes it and its Δ₁, Δ₁ + Δ₂ and ρ contain the deviations that pass measures: a hard-max residual that dropped or flipped a bias, the layer-1 output, a member's
     position or token part, or put a coordinate that nothing reads onto one that is read, does not."""
     model = build_model(n_digits=1, d_model=WIDTH, M=9.0, dtype="float64")[0]
     with torch.no_grad():
@@ -202,6 +202,8 @@ def test_a_disguised_model_passes_and_is_right_everywhere() -> None:
     assert not wrong_pairs(model, [(str(a), b) for a in range(10) for b in range(100)])
     cert = certify(model, 1)
     assert cert.passed and cert.reason == "", cert.message
+    m = measure(model, 1, [("9", 99), ("9", 9), ("5", 55), ("7", 38), ("0", 0)])
+    assert not exceeded(m, cert) and m.rho["PROD"] > 0, exceeded(m, cert)
 
 
 def test_two_heads_reading_one_digit_add_their_terms() -> None:
