@@ -122,6 +122,23 @@ MULTIPLICATION_TESTS = (
        "tests/test_multiplication_certify_overflow.py")
 )
 
+# The tests of part `multiplication-chain` (margins.py and attention.py: 1153 mutants): the tests written for
+# its first run's survivors first (about 13 s under load: every working head disguised with a score scale,
+# biases and a moved first-token position row against a float64 softmax; the chain's classes, messages,
+# slack and printed fields at N = 1 and N = 5; a disguised N = 1 model that must PASS), then those of part
+# `multiplication`. The MLP-table cache across models (6 s) runs only in the full suite.
+_CHAIN = "tests/test_multiplication_certify_chain.py::test_"
+MULTIPLICATION_CHAIN_TESTS = (
+    ("tests/test_multiplication_attention.py",)
+    + tuple(f"{_CHAIN}{t}" for t in (
+        "answer_positions_fall_into_the_classes_of_the_docs", "two_heads_reading_one_digit_add_their_terms",
+        "the_position_table_must_hold_the_ids_up_to_s_plus_n_plus_2",
+        "the_built_model_at_n5_has_the_classes_of_the_docs_and_rho_on_what_layer3_reads",
+        "the_printed_certificate_of_the_one_digit_model", "slack_exactly_one_fails_and_the_message_names_the_binding_check",
+        "cached_tables_are_not_reused_for_other_variables", "a_disguised_model_passes_and_is_right_everywhere"))
+    + MULTIPLICATION_TESTS
+)
+
 PARTS = {
     "interval": Part(
         ("src/lengthgen/proof/interval.py",),
@@ -160,7 +177,7 @@ PARTS = {
     ),
     "multiplication-chain": Part(
         ("constructions/multiplication/certify/margins.py", "constructions/multiplication/certify/attention.py"),
-        MULTIPLICATION_TESTS,
+        MULTIPLICATION_CHAIN_TESTS,
         isolation="fork",
     ),
     "copying": Part(

@@ -161,3 +161,16 @@ def measure(model, n: int, pairs: list[tuple[str, int]]) -> Measured:
             if gap <= 0:
                 m.wrong.append((a, b, q))
     return m
+
+
+def exceeded(m: Measured, cert) -> list[tuple[str, float, float]]:
+    """(label, measured, bound) wherever a measured deviation Δ₁, Δ₁ + Δ₂ or ρ exceeds what the
+    certificate prints, up to the float64 rounding of the measurement (a label it does not list has
+    bound 0; ρ is compared on the labels it lists, the coordinates layer 3 and the readout read)."""
+    out = []
+    for measured, bounds in ((m.delta1, cert.delta1), (m.delta12, cert.deltas), (m.rho, cert.rho)):
+        for label, value in measured.items():
+            bound = bounds.get(label, 0.0)
+            if (label in cert.rho or measured is not m.rho) and not value <= bound * (1 + 1e-9) + 1e-11:
+                out.append((label, value, bound))
+    return out
