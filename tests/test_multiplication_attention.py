@@ -185,6 +185,20 @@ def test_id_0_must_be_held_by_the_first_token_alone(where: list[int], monkeypatc
     assert str(err.value) == "layer 1 head 1: ID 0 must be held by the first token alone"
 
 
+def test_the_first_tokens_content_class_must_hold_it_alone(monkeypatch) -> None:
+    """A head that selects an ID scores the first token's class by the first token's own key: another
+    position in that class (here position 3) would be scored as if it were the first token, so the
+    head FAILs (structure) with its name instead."""
+    model = build_model(n_digits=N, d_model=WIDTH, M=9.0)[0]
+    call = _at_every_position(_chain_calls(model, START_ID, monkeypatch)[1])  # layer 1 head 1
+    cls = call["keys"].cls.copy()
+    cls[3] = cls[0]
+    keys = Keys(cls, call["keys"].ids, call["keys"].content, call["keys"].pos_table, call["keys"].m_max)
+    with pytest.raises(StructureError) as err:
+        head_attention(**(call | {"keys": keys}))
+    assert str(err.value) == "layer 1 head 1: the first token's content class must hold it alone"
+
+
 def test_ids_with_one_key_vector_fail_with_the_heads_name(monkeypatch) -> None:
     """Layer 2 head 3 with W_K reading one position row: IDs share key vectors, and the error names
     the head as the chain does ("layer 2 head 3"), then the IDs."""

@@ -109,6 +109,8 @@ def head_attention(W_Q: np.ndarray, b_Q: np.ndarray, W_K: np.ndarray, b_K: np.nd
         content_scores = I.matmul(alpha, Iv(kappa.lo.T, kappa.hi.T))  # [Q, C]
         scores = content_scores + ps.best[:, None]
         bos_cls = keys.cls[0]
+        if np.count_nonzero(keys.cls == bos_cls) != 1:  # its column gets the first token's score alone
+            raise StructureError(f"{name}: the first token's content class must hold it alone")
         bos_score = I.matmul(alpha, _bos_key(W_pos, W_K, keys, kappa))[:, 0]
         scores = Iv(scores.lo.copy(), scores.hi.copy())
         scores.lo[:, bos_cls], scores.hi[:, bos_cls] = bos_score.lo, bos_score.hi
