@@ -215,3 +215,20 @@ def test_class_descriptions(i: int, n: int, reads: list, text: str) -> None:
     """The class names printed with each FAIL and in the table of classes, worked out by hand:
     '=' is i = −1; c_0, c_1 and c_{n−1} … c_{n+1} are named, 2 ≤ i ≤ n − 2 share one name."""
     assert mlp.ClassSpec(i, n, None, dict.fromkeys(reads)).describe() == text
+
+
+def test_a_table_splits_exactly_into_its_constant_and_varying_coordinates() -> None:
+    """The MLP tables are split into what no digit changes (entry 0's enclosure) and the rest; the
+    split must be exact: constant + varying part == every entry, coordinate by coordinate, with
+    coordinates whose entries differ only in the lower end, only in the upper end, in both, or in
+    neither (interval tables, not only exact ones)."""
+    from lengthgen.proof.interval import Iv
+
+    lo = np.array([[1.0, 2.0, 3.0, 4.0], [0.5, 2.0, 3.0, 4.0], [1.0, 2.0, 2.0, 4.0]])
+    hi = np.array([[1.5, 2.5, 3.5, 4.5], [1.5, 2.75, 3.5, 4.5], [1.5, 2.5, 3.25, 4.5]])
+    table = Iv(lo, hi)
+    mask = mlp._varying(table)
+    assert mask.tolist() == [True, True, True, False]  # lower end only, upper end only, both, neither
+    const, var = mlp._split(table, mask)
+    assert np.array_equal(const.lo + var.lo, lo) and np.array_equal(const.hi + var.hi, hi)
+    assert np.array_equal(const.lo, [0.0, 0.0, 0.0, 4.0]) and np.array_equal(var.lo[:, 3], [0.0, 0.0, 0.0])
