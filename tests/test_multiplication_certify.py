@@ -186,3 +186,28 @@ def test_bound_cli_prints_the_derivation(capsys) -> None:
     assert main(["bound", "--table", "--max-d", "45"]) == 0
     assert np.array_equal([int(line.split()[2]) for line in capsys.readouterr().out.splitlines()[1:] if int(line.split()[0]) >= 37],
                           [n_max(d) for d in range(37, 46)])
+
+
+def test_the_low_answer_positions_enumerate_exactly_the_configurations_of_real_inputs() -> None:
+    """At '=', c_0 and c_1 no carry comes from below the window (the carry into column 0 is 0), so
+    the enumeration is not a superset there but exactly the configurations that the 10 000 real
+    2-digit × 2-digit inputs show (Python integers); and no answer position lists a configuration
+    twice (a duplicate costs a table row and proves nothing)."""
+    n = 2
+    tables = {i: configurations(i, n, reachable_carries()) for i in range(-1, n + 2)}
+    names = [("a", 1), ("a", 0), ("a", -1), ("a", -2), ("b", 0), ("b", 1)]
+    for i, cfg in tables.items():
+        rows = list(zip(*(cfg[v] for v in names), cfg.get(("c", 0), cfg["target"]), cfg["target"]))
+        assert len(set(rows)) == len(rows), i
+    for i in (-1, 0, 1):
+        cfg = tables[i]
+        listed = set(zip(*(cfg[v] for v in names), cfg.get(("c", 0), cfg["target"]), cfg["target"]))
+        seen = set()
+        for a in range(100):
+            for b in range(100):
+                inst = MULTIPLICATION_NX2.instance(str(a).zfill(n), str(b).zfill(2), start=2)
+                answer = inst.tokens[n + 5: 2 * n + 8]
+                digit = lambda j: (a // 10**j) % 10 if 0 <= j < n else 0  # noqa: E731
+                c0 = answer[i] if i >= 0 else answer[i + 1]
+                seen.add((*(digit(i + r) for r in (1, 0, -1, -2)), b % 10, b // 10, c0, answer[i + 1]))
+        assert listed == seen, (i, len(listed), len(seen))
