@@ -249,3 +249,17 @@ def test_a_compared_affine_link_is_not_folded_away():
             program = SequenceMap(lambda u, v, s=scale: u + s * v, program, part)
         assert_compiled_agrees(program, VOCAB, 5, causal, xs)
 
+
+
+def test_an_order_comparison_on_an_aggregate_of_ordinal_values():
+    """An aggregate that a table compares is one-hot (up to TABLE_MAX values); the values it copies
+    are then one-hot too, along a chain of aggregates, although 40 values alone are ordinal.
+    (Before: the aggregate took its value's ordinal layout and the table found no one-hot
+    dimensions, a KeyError.)"""
+    x = Map(lambda t: t, tokens).named("x")
+    y = Aggregate(Select(indices, indices, C.EQ), x, default=-1).named("y")
+    z = Aggregate(Select(indices, indices, C.EQ), y, default=-1).named("z")
+    xs = [[5, 3, 39, 0, 12], [1, 2], [39, 38, 39]]
+    for causal in (True, False):
+        for v in (y, z):
+            assert_compiled_agrees(SelectorWidth(Select(v, v, C.LT)), list(range(40)), 5, causal, xs)

@@ -161,3 +161,14 @@ def test_thirty_two_values_are_one_hot_and_thirty_three_ordinal():
     assert [lab for lab in labels if lab.startswith("x")] == [f"x:{v}" for v in range(32)]
     labels = compile_to_transformer(x, list(range(33)), 4).residual_labels
     assert [lab for lab in labels if lab.startswith("x")] == ["x", "x^2"]
+
+
+def test_an_order_comparison_on_a_numerical_s_op_is_refused():
+    """A comparison table needs one-hot values; a numerical s-op has one number (before: a
+    KeyError, or a TypeError when its value set is unknown)."""
+    x = numerical(Map(lambda t: t, tokens)).named("x")
+    _refused(SelectorWidth(Select(x, tokens, C.LT)), "Map 'x': an order or custom comparison on a numerical "
+             "s-op is not compiled (make it categorical)")
+    mean = numerical(Aggregate(Select(indices, indices, C.LEQ), Map(lambda t: t, tokens), default=0)).named("m")
+    _refused(SelectorWidth(Select(tokens, mean, lambda k, q: k < q)), "Aggregate 'm': an order or custom "
+             "comparison on a numerical s-op is not compiled (make it categorical)")
