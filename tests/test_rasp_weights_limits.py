@@ -13,7 +13,7 @@ import re
 import pytest
 
 from rasp import lib
-from rasp.core import (Aggregate, Comparison, Map, Select, SelectorWidth, SequenceMap, indices, numerical,
+from rasp.core import (Aggregate, Comparison, Map, Select, SelectorWidth, SequenceMap, SOp, indices, numerical,
                        tokens)
 from rasp.tracr_ops import ConstantSelector, LinearSequenceMap
 from rasp.weights import CompileError, compile_to_transformer, graph
@@ -61,6 +61,13 @@ def test_tuple_misuse_is_refused_with_its_reason():
     _refused(SelectorWidth(Select(pair, pair, C.LT).named("lt")), "Select 'lt': only == compares tuple values")
     either = (Select(pair, pair, C.EQ) | Select(pair, pair, C.LT)).named("or")
     _refused(SelectorWidth(either), "SelectorOr 'or': only == compares tuple values")
+
+
+def test_an_s_op_of_an_unknown_kind_is_refused():
+    class Mystery(SOp):
+        """An s-op the compiler has no construction for."""
+
+    _refused(Mystery().named("m"), "Mystery 'm': no weights for this kind of s-op")
 
 
 def test_selectors_that_no_head_computes_are_refused_with_their_reason():
