@@ -158,6 +158,10 @@ def test_other_values_get_codes_above_every_integer():
         for program in (lib.lasts(tokens, tokens), SelectorWidth(Select(tokens, tokens, C.EQ)),
                         Aggregate(Select(indices, Map(lambda i: i + 1, indices), C.EQ), tokens, default="-")):
             assert_compiled_agrees(program, vocab, 7, False, xs)
+    # the integers here are 0..3 (the widths) and 6: counting them instead of taking the largest
+    # would give "a" the code 6, and "a" would select 6
+    width = SelectorWidth(Select(tokens, tokens, C.EQ))
+    assert_compiled_agrees(width, [6, "a"], 3, False, [[6, "a", 6], ["a", "a"], [6]])
 
 
 # ----------------------------------------------------------------- labels and embeddings
