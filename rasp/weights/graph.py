@@ -321,6 +321,9 @@ class Program:
 
     # ------------------------------------------------------------------ encodings and codes
     def _choose_encodings(self) -> None:
+        for node in reversed(self.nodes):   # a compared aggregate is one-hot, and so is what it copies
+            if node.kind == "attn" and node.needs_table:
+                node.deps[0].needs_table = True
         for node in self.nodes:
             if node.kind == "tuple":
                 node.encoding = "tuple"
@@ -328,6 +331,9 @@ class Program:
                 node.encoding = "folded"
             elif node.sop.encoding == Encoding.NUMERICAL:
                 node.encoding = "numerical"
+                if node.needs_table:
+                    raise CompileError(f"{_op_name(node.sop)}: an order or custom comparison on a "
+                                       "numerical s-op is not compiled (make it categorical)")
             else:
                 size = len(node.values)
                 small = size <= ONEHOT_MAX or (node.needs_table and size <= TABLE_MAX)
