@@ -3,7 +3,9 @@
 np-rasp's ``core.py`` / ``lib.py`` names (Zhou et al.'s RASP-L; predicates called
 as ``pred(key, query)``), tracr's ``lib.py`` (``make_length``, ``make_hist``,
 ``make_reverse``, ``make_sort_unique``, ``make_sort``, ``make_sort_freq``,
-``make_count_less_freq``) and ``masked_ngram`` for program P. Everything returns IR nodes; evaluate them with
+``make_count_less_freq``, ``make_frac_prevs``, ``make_pair_balance``, ``make_shuffle_dyck(2)``,
+``shift_by``, ``detect_pattern``, ``make_count``, ``make_nary_sequencemap``: every program of
+it) and ``masked_ngram`` for program P. Everything returns IR nodes; evaluate them with
 :func:`rasp.evaluate.evaluate` (``causal=True`` for RASP-L semantics).
 """
 from __future__ import annotations
@@ -13,13 +15,15 @@ import weakref
 from typing import Any, Callable
 
 from rasp.core import (Aggregate, Comparison, Full, Map, Select, Selector, SelectorWidth,
-                       SequenceMap, SOp, indices, tokens)
+                       SequenceMap, SOp, indices, length, numerical, tokens)
+from rasp.tracr_ops import LinearSequenceMap
 
 __all__ = [
     "full", "tok_map", "seq_map", "select", "sel_width", "aggr", "kqv", "equals", "leq", "lt",
     "geq", "gt", "shift_right", "index_select", "cumsum", "firsts", "lasts", "where",
     "make_length", "make_hist", "make_reverse", "make_sort_unique", "make_sort", "make_sort_freq",
-    "make_count_less_freq", "masked_ngram", "shift_selector",
+    "make_count_less_freq", "make_frac_prevs", "make_pair_balance", "make_shuffle_dyck", "make_shuffle_dyck2",
+    "shift_by", "detect_pattern", "make_count", "make_nary_sequencemap", "masked_ngram", "shift_selector",
     "make_pair", "tuple_pair", "tuple_singleton", "tuple_append", "indices", "tokens",
 ]
 
@@ -198,6 +202,80 @@ def make_count_less_freq(n: int) -> SOp:
     hist = make_hist().named("hist")
     select_less = Select(hist, hist, lambda x, y: x <= n).named("select_less")
     return SelectorWidth(select_less).named("count_less_freq")
+
+
+def make_frac_prevs(bools: SOp) -> SOp:
+    """tracr ``make_frac_prevs``: at each position, the fraction of positions up to it where
+    ``bools`` holds (a numerical mean over ``indices <= i``)."""
+    prevs = Select(indices, indices, Comparison.LEQ)
+    return numerical(Aggregate(prevs, numerical(bools), default=0)).named("frac_prevs")
+
+
+def make_pair_balance(sop: SOp, open_token: Any, close_token: Any) -> SOp:
+    """tracr ``make_pair_balance``: the fraction of earlier ``open_token`` minus that of
+    ``close_token`` (non-negative everywhere and 0 at the end iff the pair is balanced)."""
+    opens = numerical(make_frac_prevs(numerical(sop == open_token).named("bools_open"))).named("opens")
+    closes = numerical(make_frac_prevs(numerical(sop == close_token).named("bools_close"))).named("closes")
+    return numerical(LinearSequenceMap(opens, closes, 1, -1)).named("pair_balance")
+
+
+def make_shuffle_dyck(pairs: list[str]) -> SOp:
+    """tracr ``make_shuffle_dyck``: 1 everywhere if every pair of brackets (each a two-character
+    string, opening then closing) is balanced on its own, else 0 everywhere."""
+    if not pairs or any(len(pair) != 2 for pair in pairs):
+        raise ValueError(f"pairs must be two-character strings, got {pairs!r}")
+    balances = [make_pair_balance(tokens, pair[0], pair[1]).named(f"balance_{pair}") for pair in pairs]
+    any_negative = balances[0] < 0
+    for balance in balances[1:]:
+        any_negative = any_negative | (balance < 0)
+    any_negative = numerical(Map(lambda x: x, any_negative)).named("any_negative")
+    select_all = Select(indices, indices, Comparison.TRUE).named("select_all")
+    has_neg = numerical(Aggregate(select_all, any_negative, default=0)).named("has_neg")
+    all_zero = balances[0] == 0
+    for balance in balances[1:]:
+        all_zero = all_zero & (balance == 0)
+    select_last = Select(indices, length - 1, Comparison.EQ).named("select_last")
+    last_zero = Aggregate(select_last, all_zero).named("last_zero")
+    return (last_zero & (~has_neg).named("not_has_neg")).named("shuffle_dyck")
+
+
+def make_shuffle_dyck2() -> SOp:
+    """tracr ``make_shuffle_dyck2``: :func:`make_shuffle_dyck` of ``()`` and ``{}``."""
+    return make_shuffle_dyck(["()", "{}"]).named("shuffle_dyck2")
+
+
+def shift_by(offset: int, sop: SOp) -> SOp:
+    """tracr ``shift_by``: ``sop`` moved ``offset`` positions right, ``None`` before the start."""
+    select_off_by_offset = Select(indices, indices, lambda k, q: q == k + offset)
+    return Aggregate(select_off_by_offset, sop, default=None).named(f"shift_by({offset})")
+
+
+def detect_pattern(sop: SOp, pattern: Any) -> SOp:
+    """tracr ``detect_pattern``: True at the last element of each occurrence of ``pattern`` in
+    ``sop``. The first ``len(pattern) - 1`` positions are False (tracr's ``&`` returns an operand,
+    so its are ``None``; this package's ``&`` is boolean, docs/rasp.md)."""
+    if len(pattern) < 1:
+        raise ValueError(f"the pattern must have at least one element, got {pattern!r}")
+    detectors = [sop == element if i == 0 else shift_by(i, sop == element)
+                 for i, element in enumerate(reversed(pattern))]
+    detected = detectors.pop()
+    while detectors:
+        detected = detected & detectors.pop()
+    return detected.named(f"detect_pattern({pattern})")
+
+
+def make_count(sop: SOp, token: Any) -> SOp:
+    """tracr ``make_count``: how often ``token`` occurs in ``sop``, at every position."""
+    return SelectorWidth(Select(sop, sop, lambda k, q: k == token)).named(f"count_{token}")
+
+
+def make_nary_sequencemap(f: Callable[..., Any], *sops: SOp) -> SOp:
+    """tracr ``make_nary_sequencemap``: ``f`` of n s-ops, as binary SequenceMaps that build the
+    tuple of the arguments, then a Map on it."""
+    values = SequenceMap(lambda x, y: (x, y), sops[0], sops[1]) if len(sops) > 1 else Map(lambda x: (x,), sops[0])
+    for sop in sops[2:]:
+        values = SequenceMap(lambda x, y: (*x, y), values, sop)
+    return Map(lambda args: f(*args), values)
 
 
 # ---------------------------------------------------------------------- masked n-grams
