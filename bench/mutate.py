@@ -92,11 +92,14 @@ ADDITION_TESTS = (
 # The first runs (docs/certificate.md) had tests/test_rasp_weights_compiler.py and _programs.py
 # only (about 2.5 s); the others were written for their survivors (the documented scores and
 # defaults, the interface, the MLPs, the magnitude guard: about 6 s; the analysis' refusals and
-# limits, and its paths against the interpreter: about 5 s)
+# limits, and its paths against the interpreter: about 5 s; affine forms and folding, the order
+# of a lookup's inputs, an int equal to a float: about 1 s)
 RASP_TESTS = ("tests/test_rasp_weights_heads.py", "tests/test_rasp_weights_api.py", "tests/test_rasp_weights_mlp.py",
               "tests/test_rasp_weights_precision.py", "tests/test_rasp_weights_limits.py",
               "tests/test_rasp_weights_compiler.py", "tests/test_rasp_weights_programs.py",
-              "tests/test_rasp_weights_graph.py")
+              "tests/test_rasp_weights_graph.py", "tests/test_rasp_weights_affine.py",
+              "tests/test_rasp_weights_strides.py",
+              "tests/test_rasp_weights_scale.py::test_an_int_and_an_equal_float_select_each_other")
 
 # The tests of part `multiplication` (the N×2 certificate), cheap and sharp first: PASS at N = 2, every
 # printed bound against the float64 forward pass at N = 2 (blunt M and M near the smallest certified),

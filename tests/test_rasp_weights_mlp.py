@@ -51,9 +51,11 @@ def test_lookups_over_ordinal_and_numerical_inputs(causal):
 
 def test_numerical_means_take_every_average_up_to_64_positions():
     """A lookup over a mean of {0, 1} values needs every average i/w, w <= max_seq_len: one hit at
-    the last of 12 positions is 1/12; at 64 positions they are still enumerated, past it not."""
+    the last of 12 positions is 1/12; at one position the averages are 0/1 and 1/1; at 64
+    positions they are still enumerated, past it not."""
     frac = _frac(Map(lambda t: 1 if t == 2 else 0, tokens))
     lookup = Map(lambda f: int(f * 1000) % 7, frac)
+    _agree(lookup, 1, True, [[2], [0]])
     ones = [[0] * (k - 1) + [2] for k in (1, 2, 11, 12)] + [[2] + [0] * 11, [2, 2] + [0] * 9]
     _agree(lookup, 12, True, ones)
     _agree(lookup, 12, False, ones)
