@@ -26,31 +26,24 @@ import torch
 
 from rasp import lib
 from rasp.turing.program import compile_turing_machine
-from rasp.core import Aggregate, Comparison, Map, Select, indices, numerical, tokens
+from rasp.core import Map, tokens
 from rasp.turing.cli import resolve
 from rasp.turing.library import TASKS
 from rasp.turing.machines import Vocab, build_trace, min_ngram, simulate, split_configs
-from rasp.tracr_ops import LinearSequenceMap
 from rasp.weights import compile_to_transformer
 from rasp.turing.transformer import transformer_program
-
-
-def _frac_prevs(bools):
-    return numerical(Aggregate(Select(indices, indices, Comparison.LEQ), numerical(bools), default=0))
 
 
 def library_programs():
     """(name, program, causal) for tracr's library programs and the rasp.lib helpers."""
     is_x = Map(lambda t: 1 if t == "x" else 0, tokens)
-    opens = _frac_prevs(Map(lambda t: 1 if t == "(" else 0, tokens))
-    closes = _frac_prevs(Map(lambda t: 1 if t == ")" else 0, tokens))
     return [
         ("make_length", lib.make_length(), False),
         ("make_reverse", lib.make_reverse(tokens), False),
         ("make_hist", lib.make_hist(), False),
         ("make_sort_unique", lib.make_sort_unique(tokens, tokens), False),
-        ("make_frac_prevs", _frac_prevs(is_x), False),
-        ("make_pair_balance", numerical(LinearSequenceMap(opens, closes, 1, -1)), False),
+        ("make_frac_prevs", lib.make_frac_prevs(is_x), False),
+        ("make_pair_balance", lib.make_pair_balance(tokens, "(", ")"), False),
         ("shift_right (causal)", lib.shift_right(tokens, 1, "_"), True),
         ("lasts (causal)", lib.lasts(tokens, tokens), True),
         ("cumsum (causal)", lib.cumsum(Map(lambda t: t == "x", tokens)), True),
@@ -97,7 +90,6 @@ def ngram_growth(spec: str, tape_text: str, orders: list[int]) -> list[dict]:
 
 def run_machine(tm, tape, ref: list[int], n: int, interpreter: bool = True) -> dict:
     L = len(tape)
-    t0 = time.perf_counter()
     compiled = transformer_program(tm, n).to_transformer(len(ref))
     t1 = time.perf_counter()
     teacher = compiled.teacher_forced(ref, monitor=False)

@@ -295,7 +295,8 @@ def test_widening_certifies_the_unproven_configurations_split_over_the_wider_win
     model, _, _ = load_checkpoint("checkpoints/addition_coupled_1l2h_packed", 2)
     w = OneLayer.from_model(model)
     lay = Layout(2, START, ADDITION.EOS, ADDITION.PLUS, ADDITION.EQUALS)
-    narrow_cert, wide_cert = (PositionCertifier(w, Tables.build(w), lay, max_width=width, margin=margin, tail="interval")
+    tables = Tables.build(w)
+    narrow_cert, wide_cert = (PositionCertifier(w, tables, lay, max_width=width, margin=margin, tail="interval")
                               for width in (1, 2))
     narrow, wide = narrow_cert.certify(r), wide_cert.certify(r)
     assert (narrow.window[1] - narrow.window[0], wide.window[1] - wide.window[0]) == (0, 1) and wide.failed
@@ -306,7 +307,7 @@ def test_widening_certifies_the_unproven_configurations_split_over_the_wider_win
     inside = [config_of(a, b, 2, narrow.window) in parent_keys for a, b in pairs]
     parent = dataclasses.replace(narrow, failed=[(p.a[i], p.b[i], int(p.carry[i])) for i in chosen],
                                  unproven_mass=Fraction(sum(inside), len(pairs)))
-    refined = PositionCertifier(w, Tables.build(w), lay, max_width=2, margin=margin, tail="interval").certify(r, refine=parent)
+    refined = wide_cert.certify(r, refine=parent)
     wide_failed = _failed_keys(wide)
     left = [config_of(a, b, 2, wide.window) for (a, b), x in zip(pairs, inside)
             if x and config_of(a, b, 2, wide.window) in wide_failed]

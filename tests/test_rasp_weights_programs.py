@@ -10,9 +10,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from rasp import lib
-from rasp.core import Aggregate, Comparison, Map, Select, SelectorWidth, indices, length, numerical, tokens
+from rasp.core import Aggregate, Comparison, Map, Select, SelectorWidth, indices, length, tokens
 from rasp.evaluate import evaluate
-from rasp.tracr_ops import LinearSequenceMap
 from rasp.weights import compile_to_transformer
 
 VOCAB = [0, 1, 2, 3]
@@ -33,18 +32,6 @@ def compiled():
     return get
 
 
-def frac_prevs(bools):
-    """tracr's make_frac_prevs: the fraction of positions <= i where ``bools`` holds."""
-    return numerical(Aggregate(Select(indices, indices, Comparison.LEQ), numerical(bools), default=0))
-
-
-def pair_balance():
-    """tracr's make_pair_balance for "(" = 0 and ")" = 1: frac of opens minus frac of closes."""
-    opens = frac_prevs(Map(lambda t: 1 if t == 0 else 0, tokens))
-    closes = frac_prevs(Map(lambda t: 1 if t == 1 else 0, tokens))
-    return numerical(LinearSequenceMap(opens, closes, 1, -1))
-
-
 PROGRAMS = {
     "shift_right": lambda: lib.shift_right(tokens, 2, -1),
     "index_select": lambda: lib.index_select(tokens, Map(lambda i: i // 2, indices)),
@@ -59,8 +46,8 @@ PROGRAMS = {
     "reverse": lambda: lib.make_reverse(tokens),
     "hist": lambda: lib.make_hist(),
     "sort_unique": lambda: lib.make_sort_unique(tokens, tokens),
-    "frac_prevs": lambda: frac_prevs(Map(lambda t: 1 if t == 2 else 0, tokens)),
-    "pair_balance": pair_balance,
+    "frac_prevs": lambda: lib.make_frac_prevs(Map(lambda t: 1 if t == 2 else 0, tokens)),
+    "pair_balance": lambda: lib.make_pair_balance(tokens, 0, 1),
     "last_occurrence": lambda: lib.index_select(tokens, Map(lambda j: max(j - 1, 0), lib.lasts(tokens, tokens))),
 }
 

@@ -68,11 +68,9 @@ def _masked_ngram(s: SOp, sep_flag: SOp, n: int, offset: int, flag_offset: int) 
         return lib.shift_right(x, d, default) if d else x
 
     flags = [shifted(sep_flag, j + flag_offset, 0) for j in range(n - 1)]
-    cols = [shifted(s, offset, EDGE)]
-    for d in range(1, n):
-        seps = flags[0]
-        for flag in flags[1:d]:  # a fresh numerical sum per cell: no layer, no dimension
-            seps = numerical(seps + flag)
+    cols, seps = [shifted(s, offset, EDGE)], None
+    for d in range(1, n):  # seps: the separators in the cell's window, a numerical sum (no layer)
+        seps = flags[0] if d == 1 else numerical(seps + flags[d - 1])
         cut = seps if d == 1 else Map(lambda k: k > 0, seps)
         cols.append(SequenceMap(lambda v, k: NULL if k else v, shifted(s, d + offset, EDGE), cut))
     gram = Map(lib.tuple_singleton, cols[-1])

@@ -156,11 +156,11 @@ def refining(parent: PositionResult, lo: int, hi: int, a: np.ndarray, b: np.ndar
     plo, phi = parent.window
     if not lo <= plo <= phi <= hi:
         raise ValueError(f"window [{lo}, {hi}] does not contain the window [{plo}, {phi}] it refines")
+    if not parent.failed:
+        return np.zeros(len(a), dtype=bool)
     below = plo - lo
     _, carry_in = propagate(a[:, :below], b[:, :below], carry)
     cols = slice(below, phi - lo + 1)
-    if not parent.failed:
-        return np.zeros(len(a), dtype=bool)
     pa, pb = (np.array([f[i] for f in parent.failed]).reshape(len(parent.failed), -1) for i in (0, 1))
     pc = np.array([f[2] for f in parent.failed])
 
