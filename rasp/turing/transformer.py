@@ -61,9 +61,9 @@ def _masked_ngram(s: SOp, sep_flag: SOp, n: int, offset: int, flag_offset: int) 
     """``lib.masked_ngram`` of ``s`` with each cell a single lookup (rewrite 2 of the module
     docstring). ``sep_flag[i]`` is 1 where the separator stream holds at ``i + offset - flag_offset``
     (0 otherwise), so that it can be a token-wise Map shifted once. Cell ``u_d`` reads
-    ``s[i-offset-d]`` and how many of the separator flags at ``i-offset-d+1 .. i-offset`` hold: a
-    sum of shifted flags, which the compiler reads linearly (one identity table on d + 1 values),
-    so the cell's table has |values of s| x (d + 1) entries, not |values of s| x 2^d."""
+    ``s[i-offset-d]`` and whether any of the separator flags at ``i-offset-d+1 .. i-offset`` holds:
+    their numerical sum (no layer: the compiler reads it linearly), then a step, so the cell's table
+    has |values of s| x 2 entries, not |values of s| x 2^d."""
     def shifted(x: SOp, d: int, default: Any) -> SOp:
         return lib.shift_right(x, d, default) if d else x
 
