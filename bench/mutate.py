@@ -14,7 +14,7 @@ Writes ``bench/results/mutation/PART.md``: the counts (killed / survived / no te
 the wall time, and every mutant that was not killed (file:line and the diff), equivalent or open.
 ``no tests``: no selected test calls the mutated function at all.
 
-mutmut copies ``src``, ``constructions``, ``rasp`` and ``docs`` (the constants tests read it) into ``mutants/`` (scratch, git-ignored) and
+mutmut copies ``src``, ``constructions``, ``rasp``, ``docs``, ``README.md`` and ``Makefile`` (the constants and references tests read them) and ``checkpoints`` into ``mutants/`` (scratch, git-ignored) and
 reads its settings from a ``setup.cfg`` that this script writes for the run and removes after it.
 """
 from __future__ import annotations
@@ -144,6 +144,25 @@ MULTIPLICATION_CHAIN_TESTS = (
     + MULTIPLICATION_TESTS
 )
 
+# The tests of parts `trained` and `tail` (the certificate of trained 1-layer addition checkpoints,
+# ``python -m lengthgen.certify``), cheap and exact first: the layer enclosures against mpmath and
+# exact rationals, the affine tail against forward passes, the attention form against every free key
+# assignment, then the certificate itself (the bound below the exhaustive accuracy of each committed
+# checkpoint at one digit, near ties, the planted defect, the split over a wider window, the
+# construction through the generic path, the command line): about 15 s in all
+TRAINED_TESTS = (
+    "tests/test_proof_layers.py", "tests/test_affine_tail.py", "tests/test_trained_attention_form.py",
+    *(f"tests/test_certify_trained.py::test_{t}" for t in (
+        "near_ties_within_the_decision_margin_are_not_proven", "affine_tail_encloses_forward_passes_with_pessimal_keys",
+        "planted_defect_is_found_with_a_real_counterexample", "construction_proven_exact_through_the_generic_path",
+        "committed_checkpoints_bound_below_exhaustive_accuracy",
+        "widening_certifies_the_unproven_configurations_split_over_the_wider_window",
+        "a_position_left_unproven_is_certified_again_with_a_wider_window", "cli_json_fields_and_counterexamples",
+        "cli_bad_input_is_one_line", "cli_refuses_two_layers_and_corrupt_files")),
+    "tests/test_certify_nonfinite.py::test_the_trained_model_certificate_refuses_a_non_finite_weight",
+    "-m", "not slow",  # the 2-digit exhaustive case (7 s); it and the leaky construction (9 s) are for --recheck
+)
+
 PARTS = {
     "interval": Part(
         ("src/lengthgen/proof/interval.py",),
@@ -206,6 +225,13 @@ PARTS = {
            "tests/test_copying_certify_mutants.py", "tests/test_copying_certify_two_heads.py",
            "tests/test_copying_certify_readout.py"),
     ),
+    # the certificate of trained checkpoints in two parts: the per-position argument, its tables and
+    # the counterexamples; the enclosures it pushes through the layers (affine forms, norms, GELU)
+    "trained": Part(
+        ("src/lengthgen/proof/trained.py", "src/lengthgen/proof/trained_tables.py",
+         "src/lengthgen/proof/trained_affine.py", "src/lengthgen/proof/counterexamples.py"),
+        TRAINED_TESTS, isolation="fork"),
+    "tail": Part(("src/lengthgen/proof/affine.py", "src/lengthgen/proof/layers.py"), TRAINED_TESTS, isolation="fork"),
     # the RASP -> weights compiler (rasp/weights/, about 2500 mutants) in three parts by file, each
     # under an hour on two shared cores: heads, residual layout and assembly (1094); MLPs, affine
     # maps and value sets (670); the analysis (779)
@@ -219,7 +245,7 @@ PARTS = {
 def write_config(part: Part) -> None:
     if CONFIG.exists() and not CONFIG.read_text().startswith(MARK):
         sys.exit(f"{CONFIG.name} exists and was not written by this script; not touching it")
-    lines = [MARK, "[mutmut]", "source_paths =", "    src", "    constructions", "    rasp", "also_copy =", "    docs", "only_mutate ="]
+    lines = [MARK, "[mutmut]", "source_paths =", "    src", "    constructions", "    rasp", "also_copy =", "    docs", "    checkpoints", "    README.md", "    Makefile", "only_mutate ="]
     lines += [f"    {f}" for f in part.files]
     lines += ["pytest_add_cli_args_test_selection ="] + [f"    {t}" for t in part.tests]
     lines += ["pytest_add_cli_args =", "    -p", "    no:cacheprovider"]
@@ -356,7 +382,7 @@ def run(name: str, report_only: bool = False) -> str:
             start = time.monotonic()
             with open(ROOT / "mutants" / f"{name}.log", "w") as log:
                 # tests/conftest.py runs the selected tests in the part's order (mutmut's is arbitrary)
-                env = {**os.environ, "LENGTHGEN_TEST_ORDER": "\n".join(t for t in part.tests if t != "-k")}
+                env = {**os.environ, "LENGTHGEN_TEST_ORDER": "\n".join(t for t in part.tests if not t.startswith("-"))}
                 if part.isolation == "fork":  # torch starts no OpenMP pool that a forked worker would wait on
                     env["OMP_NUM_THREADS"] = "1"
                 subprocess.run([sys.executable, "-m", "mutmut", "run"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
