@@ -238,7 +238,7 @@ PARTS = {
     **{name: Part(files, RASP_TESTS, isolation="fork") for name, files in (
         ("rasp-attention", ("rasp/weights/heads.py", "rasp/weights/layout.py", "rasp/weights/assemble.py")),
         ("rasp-mlp", ("rasp/weights/mlp.py", "rasp/weights/affine.py", "rasp/weights/values.py")),
-        ("rasp-graph", ("rasp/weights/graph.py",)))},
+        ("rasp-graph", ("rasp/weights/graph.py", "rasp/weights/selectors.py")))},
 }
 
 

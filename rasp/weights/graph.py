@@ -12,7 +12,7 @@ weights"):
   one dimension holding the number; ``tuple``: the parts' own dimensions);
 * value sets are inferred from ``vocab`` and ``max_seq_len`` as tracr does, by evaluating
   each Map / SequenceMap on every input value (or pair of values);
-* selectors become lists of :class:`Atom` (an And is a sum of atoms);
+* selectors become lists of :class:`Atom` (an And is a sum of atoms; :mod:`rasp.weights.selectors`);
 * each node gets the earliest sub-layer slot after its inputs (slot ``2l`` is the attention of
   layer ``l``, ``2l + 1`` its MLP): longest-path scheduling, so independent ops share a layer.
 """
@@ -21,16 +21,16 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from rasp import lib
-from rasp.core import (Aggregate, Comparison, Encoding, Full, IndicesType, LengthType, Map,
-                       Select, Selector, SelectorAnd, SelectorNot, SelectorOr, SelectorWidth,
+from rasp.core import (Aggregate, Encoding, Full, IndicesType, LengthType, Map, SelectorWidth,
                        SequenceMap, SOp, TokensType, walk)
 from rasp.errors import RASPError
 from rasp.evaluate import evaluate
-from rasp.tracr_ops import ConstantSelector, ConstantSOp
+from rasp.tracr_ops import ConstantSOp
 from rasp.weights.affine import Affine, affine_form, affine_values, fold_chains
+from rasp.weights.selectors import Atom, plan_attention, selector_inputs
 from rasp.weights.values import (CompileError, CompileLimitError, integral, mean_unknown,  # noqa: F401
                                   mean_values, sort_values)
 from rasp.weights.values import unknown as _unknown
@@ -71,22 +71,6 @@ class Node:
         return f"Node({self.label}, {self.kind}, {self.encoding})"
 
 
-@dataclass(eq=False)
-class Atom:
-    """One additive term of a selector's attention score.
-
-    ``eq``: key value == query value (quadratic form in the integer codes);
-    ``table``: any predicate, as a (query value x key value) table over one-hot encodings;
-    ``false``: selects nothing. ``true`` selectors contribute no atom.
-    """
-
-    kind: str
-    key: Node | None = None
-    query: Node | None = None
-    predicate: Callable[[Any, Any], bool] | None = None
-    text: str = ""
-
-
 class Program:
     """The analysed program: nodes in topological order and the global integer codes."""
 
@@ -106,10 +90,10 @@ class Program:
                 self.by_uid[expr.uid] = node
         for node in self.nodes:
             self._infer_values(node)
-        fold_chains(self.nodes, self.by_uid[output.uid], self._selector_inputs())
+        fold_chains(self.nodes, self.by_uid[output.uid], selector_inputs(self.nodes))
         for node in self.nodes:
             if node.kind in ("attn", "width"):
-                self._plan_attention(node)
+                plan_attention(self, node)
         self._choose_encodings()
         self.codes = self._assign_codes()
         self._schedule()
@@ -242,83 +226,6 @@ class Program:
                                     limit_name="LOOKUP_MAX", limit=LOOKUP_MAX)
         return [tuple(t) for t in itertools.product(*(p.values for p in node.parts))]
 
-    # ------------------------------------------------------------------ selectors
-    def _selector_inputs(self) -> set[int]:
-        """The uids of the s-ops that some selector compares (keys and queries)."""
-        out: set[int] = set()
-        for node in self.nodes:
-            selector = getattr(node.sop, "selector", None) if node.kind in ("attn", "width") else None
-            for sel in _selector_tree(selector) if selector is not None else ():
-                out |= {s.uid for s in sel.children if isinstance(s, SOp)}
-        return out
-
-    def _plan_attention(self, node: Node) -> None:
-        sop = node.sop
-        selector = sop.selector if isinstance(sop, (Aggregate, SelectorWidth)) else None
-        node.atoms = self._atoms(selector) if selector is not None else []
-        for atom in node.atoms:
-            for side in (atom.key, atom.query):
-                if side is not None and side not in node.deps:
-                    node.deps.append(side)
-            if atom.kind == "table":
-                atom.key.needs_table = atom.query.needs_table = True
-
-    def _atoms(self, sel: Selector) -> list[Atom]:
-        if isinstance(sel, SelectorAnd):
-            return self._atoms(sel.fst) + self._atoms(sel.snd)
-        if isinstance(sel, ConstantSelector):
-            if sel.uniform is None:
-                raise CompileError(f"ConstantSelector {sel.label!r}: a fixed selection matrix needs "
-                                   "one score per (query, key) position pair; not compiled")
-            return [] if sel.uniform else [Atom("false", text=sel.label)]
-        if isinstance(sel, (SelectorOr, SelectorNot)):
-            return [self._table_atom(sel)]
-        assert isinstance(sel, Select)
-        key, query, pred = self.by_uid[sel.keys.uid], self.by_uid[sel.queries.uid], sel.predicate
-        if pred is Comparison.TRUE:
-            return []
-        if pred is Comparison.FALSE:
-            return [Atom("false", text=sel.label)]
-        constant = self._causal_index_constant(sel)
-        if constant is not None:
-            return [] if constant else [Atom("false", text=sel.label)]
-        if pred is Comparison.EQ:
-            if (key.kind == "tuple") != (query.kind == "tuple"):
-                raise CompileError(f"Select {sel.label!r}: compares a tuple with a non-tuple")
-            if key.kind == "tuple":
-                if len(key.parts) != len(query.parts):
-                    raise CompileError(f"Select {sel.label!r}: tuples of different lengths")
-                return [Atom("eq", k, q, text=f"{sel.label}[{i}]: {_text(k)} == {_text(q)}")
-                        for i, (k, q) in enumerate(zip(key.parts, query.parts))]
-            return [Atom("eq", key, query, text=f"{sel.label}: {_text(key)} == {_text(query)}")]
-        return [self._table_atom(sel)]
-
-    def _table_atom(self, sel: Selector) -> Atom:
-        """Or/Not/order/custom predicates over one key s-op and one query s-op, as a table."""
-        tree = list(_selector_tree(sel))
-        selects = [e for e in tree if isinstance(e, Select)]
-        pairs = {(s.keys.uid, s.queries.uid) for s in selects}
-        if len(pairs) != 1 or any(not isinstance(e, (Select, SelectorAnd, SelectorOr, SelectorNot))
-                                  for e in tree):
-            raise CompileError(f"{type(sel).__name__} {sel.label!r}: Or/Not of selects over different "
-                               "key/query s-ops is not compiled (an attention score is a sum over "
-                               "one key and one query subspace); combine the s-ops into one first")
-        key, query = self.by_uid[selects[0].keys.uid], self.by_uid[selects[0].queries.uid]
-        if "tuple" in (key.kind, query.kind):
-            raise CompileError(f"{type(sel).__name__} {sel.label!r}: only == compares tuple values")
-        pred = getattr(selects[0].predicate, "value", "custom") if len(selects) == 1 else type(sel).__name__
-        return Atom("table", key, query, predicate=_tree_predicate(sel),
-                    text=f"{sel.label}: {_text(key)} {pred} {_text(query)} (table)")
-
-    def _causal_index_constant(self, sel: Select) -> bool | None:
-        """Causal ``Select(indices + a, indices + b, cmp)`` is constant over visible keys j <= i."""
-        a, b = sel.keys.index_offset, sel.queries.index_offset
-        if not self.causal or a is None or b is None or not isinstance(sel.predicate, Comparison):
-            return None
-        # j + a vs i + b depends only on d = i - j >= 0 (translation invariance)
-        outcomes = {bool(sel.predicate(a, d + b)) for d in range(self.n)}
-        return outcomes.pop() if len(outcomes) == 1 else None
-
     # ------------------------------------------------------------------ encodings and codes
     def _choose_encodings(self) -> None:
         for node in reversed(self.nodes):   # a compared aggregate is one-hot, and so is what it copies
@@ -391,14 +298,6 @@ class Program:
         return max([n.slot for n in self.nodes] + [0]) // 2 + 1
 
 
-def _text(node: Node) -> str:
-    """A node's name for descriptions (``indices+1`` for a statically shifted index)."""
-    offset = node.sop.index_offset
-    if offset and node.sop.name is None:
-        return f"indices{offset:+d}"
-    return node.label
-
-
 def _sources(node: Node) -> set[str]:
     if node.kind == "tuple":
         return {k for p in node.parts for k in _sources(p)}
@@ -407,25 +306,3 @@ def _sources(node: Node) -> set[str]:
             return {"const"}
         return {node.kind} if not node.deps else {k for d in node.deps for k in _sources(d)}
     return {"computed"}
-
-
-def _tree_predicate(sel: Selector) -> Callable[[Any, Any], bool]:
-    if isinstance(sel, Select):
-        return lambda k, q: bool(sel.predicate(k, q))
-    if isinstance(sel, SelectorNot):
-        inner = _tree_predicate(sel.inner)
-        return lambda k, q: not inner(k, q)
-    a, b = _tree_predicate(sel.fst), _tree_predicate(sel.snd)
-    if isinstance(sel, SelectorAnd):
-        return lambda k, q: a(k, q) and b(k, q)
-    return lambda k, q: a(k, q) or b(k, q)
-
-
-def _selector_tree(sel: Selector) -> Any:
-    """The selectors of an And/Or/Not tree, without descending into its s-ops."""
-    yield sel
-    if isinstance(sel, (SelectorAnd, SelectorOr)):
-        yield from _selector_tree(sel.fst)
-        yield from _selector_tree(sel.snd)
-    elif isinstance(sel, SelectorNot):
-        yield from _selector_tree(sel.inner)

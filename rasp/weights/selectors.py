@@ -1,0 +1,152 @@
+"""Selectors of the weights compiler: each becomes a list of :class:`Atom`, the additive terms of
+a head's attention score (docs/turing-programs.md, "Compiling RASP to weights").
+
+An And is the sum of its parts' atoms, ``==`` an ``eq`` atom (a quadratic form in the integer
+codes of key and query; one per part of a tuple), and Or, Not, order and custom predicates over
+one key s-op and one query s-op a ``table`` atom over one-hot encodings. TRUE, FALSE, constant
+selectors and causal comparisons of shifted indices that are constant over the visible keys
+select every key (no atom) or none (a ``false`` atom). :func:`plan_attention` is the step of
+:class:`rasp.weights.graph.Program` that plans one attention or width node;
+:func:`selector_inputs` names the s-ops that some selector compares. Nodes and the program are
+duck-typed (:class:`rasp.weights.graph.Node` and ``Program``), as in :mod:`rasp.weights.affine`:
+the graph module imports this one.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from rasp.core import (Aggregate, Comparison, Select, Selector, SelectorAnd, SelectorNot, SelectorOr,
+                       SelectorWidth, SOp)
+from rasp.tracr_ops import ConstantSelector
+from rasp.weights.values import CompileError
+
+@dataclass(eq=False)
+class Atom:
+    """One additive term of a selector's attention score.
+
+    ``eq``: key value == query value (quadratic form in the integer codes);
+    ``table``: any predicate, as a (query value x key value) table over one-hot encodings;
+    ``false``: selects nothing. ``true`` selectors contribute no atom.
+    """
+
+    kind: str
+    key: Any = None                 # the key and query s-ops' nodes (rasp.weights.graph.Node)
+    query: Any = None
+    predicate: Callable[[Any, Any], bool] | None = None
+    text: str = ""
+
+
+def selector_inputs(nodes: Sequence[Any]) -> set[int]:
+    """The uids of the s-ops that some selector compares (keys and queries)."""
+    out: set[int] = set()
+    for node in nodes:
+        selector = getattr(node.sop, "selector", None) if node.kind in ("attn", "width") else None
+        for sel in _selector_tree(selector) if selector is not None else ():
+            out |= {s.uid for s in sel.children if isinstance(s, SOp)}
+    return out
+
+
+def plan_attention(prog: Any, node: Any) -> None:
+    """The atoms of an attention or width node's selector; the s-ops they compare become its inputs,
+    and those of a table atom need one-hot tables. ``prog`` is the program being analysed (its
+    ``by_uid``, ``causal`` and ``n``), ``node`` one of its nodes."""
+    sop = node.sop
+    selector = sop.selector if isinstance(sop, (Aggregate, SelectorWidth)) else None
+    node.atoms = _atoms(prog, selector) if selector is not None else []
+    for atom in node.atoms:
+        for side in (atom.key, atom.query):
+            if side is not None and side not in node.deps:
+                node.deps.append(side)
+        if atom.kind == "table":
+            atom.key.needs_table = atom.query.needs_table = True
+
+
+def _atoms(prog: Any, sel: Selector) -> list[Atom]:
+    """The atoms of a selector (see the module docstring)."""
+    if isinstance(sel, SelectorAnd):
+        return _atoms(prog, sel.fst) + _atoms(prog, sel.snd)
+    if isinstance(sel, ConstantSelector):
+        if sel.uniform is None:
+            raise CompileError(f"ConstantSelector {sel.label!r}: a fixed selection matrix needs "
+                               "one score per (query, key) position pair; not compiled")
+        return [] if sel.uniform else [Atom("false", text=sel.label)]
+    if isinstance(sel, (SelectorOr, SelectorNot)):
+        return [_table_atom(prog, sel)]
+    assert isinstance(sel, Select)
+    key, query, pred = prog.by_uid[sel.keys.uid], prog.by_uid[sel.queries.uid], sel.predicate
+    if pred is Comparison.TRUE:
+        return []
+    if pred is Comparison.FALSE:
+        return [Atom("false", text=sel.label)]
+    constant = _causal_index_constant(prog, sel)
+    if constant is not None:
+        return [] if constant else [Atom("false", text=sel.label)]
+    if pred is Comparison.EQ:
+        if (key.kind == "tuple") != (query.kind == "tuple"):
+            raise CompileError(f"Select {sel.label!r}: compares a tuple with a non-tuple")
+        if key.kind == "tuple":
+            if len(key.parts) != len(query.parts):
+                raise CompileError(f"Select {sel.label!r}: tuples of different lengths")
+            return [Atom("eq", k, q, text=f"{sel.label}[{i}]: {_text(k)} == {_text(q)}")
+                    for i, (k, q) in enumerate(zip(key.parts, query.parts))]
+        return [Atom("eq", key, query, text=f"{sel.label}: {_text(key)} == {_text(query)}")]
+    return [_table_atom(prog, sel)]
+
+
+def _table_atom(prog: Any, sel: Selector) -> Atom:
+    """Or/Not/order/custom predicates over one key s-op and one query s-op, as a table."""
+    tree = list(_selector_tree(sel))
+    selects = [e for e in tree if isinstance(e, Select)]
+    pairs = {(s.keys.uid, s.queries.uid) for s in selects}
+    if len(pairs) != 1 or any(not isinstance(e, (Select, SelectorAnd, SelectorOr, SelectorNot))
+                              for e in tree):
+        raise CompileError(f"{type(sel).__name__} {sel.label!r}: Or/Not of selects over different "
+                           "key/query s-ops is not compiled (an attention score is a sum over "
+                           "one key and one query subspace); combine the s-ops into one first")
+    key, query = prog.by_uid[selects[0].keys.uid], prog.by_uid[selects[0].queries.uid]
+    if "tuple" in (key.kind, query.kind):
+        raise CompileError(f"{type(sel).__name__} {sel.label!r}: only == compares tuple values")
+    pred = getattr(selects[0].predicate, "value", "custom") if len(selects) == 1 else type(sel).__name__
+    return Atom("table", key, query, predicate=_tree_predicate(sel),
+                text=f"{sel.label}: {_text(key)} {pred} {_text(query)} (table)")
+
+
+def _causal_index_constant(prog: Any, sel: Select) -> bool | None:
+    """Causal ``Select(indices + a, indices + b, cmp)`` is constant over visible keys j <= i."""
+    a, b = sel.keys.index_offset, sel.queries.index_offset
+    if not prog.causal or a is None or b is None or not isinstance(sel.predicate, Comparison):
+        return None
+    # j + a vs i + b depends only on d = i - j >= 0 (translation invariance)
+    outcomes = {bool(sel.predicate(a, d + b)) for d in range(prog.n)}
+    return outcomes.pop() if len(outcomes) == 1 else None
+
+
+def _text(node: Any) -> str:
+    """A node's name for descriptions (``indices+1`` for a statically shifted index)."""
+    offset = node.sop.index_offset
+    if offset and node.sop.name is None:
+        return f"indices{offset:+d}"
+    return node.label
+
+
+def _tree_predicate(sel: Selector) -> Callable[[Any, Any], bool]:
+    if isinstance(sel, Select):
+        return lambda k, q: bool(sel.predicate(k, q))
+    if isinstance(sel, SelectorNot):
+        inner = _tree_predicate(sel.inner)
+        return lambda k, q: not inner(k, q)
+    a, b = _tree_predicate(sel.fst), _tree_predicate(sel.snd)
+    if isinstance(sel, SelectorAnd):
+        return lambda k, q: a(k, q) and b(k, q)
+    return lambda k, q: a(k, q) or b(k, q)
+
+
+def _selector_tree(sel: Selector) -> Any:
+    """The selectors of an And/Or/Not tree, without descending into its s-ops."""
+    yield sel
+    if isinstance(sel, (SelectorAnd, SelectorOr)):
+        yield from _selector_tree(sel.fst)
+        yield from _selector_tree(sel.snd)
+    elif isinstance(sel, SelectorNot):
+        yield from _selector_tree(sel.inner)
