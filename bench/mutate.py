@@ -239,6 +239,15 @@ PARTS = {
         ("rasp-attention", ("rasp/weights/heads.py", "rasp/weights/layout.py", "rasp/weights/assemble.py")),
         ("rasp-mlp", ("rasp/weights/mlp.py", "rasp/weights/affine.py", "rasp/weights/values.py")),
         ("rasp-graph", ("rasp/weights/graph.py", "rasp/weights/selectors.py")))},
+    # the compiler's magnitude guard (rasp/weights/precision.py, 150 mutants): each bound against
+    # values worked out by hand (written for the first run's survivors), large integer values
+    # refused or compiled exactly against the interpreter, the refusals' reasons and limits, and the
+    # programs of the compiler tests, which must still compile (about 2 s)
+    "rasp-precision": Part(
+        ("rasp/weights/precision.py",),
+        ("tests/test_rasp_weights_precision_bounds.py", "tests/test_rasp_weights_precision.py",
+         "tests/test_rasp_weights_limits.py", "tests/test_rasp_weights_compiler.py"),
+        isolation="fork"),
 }
 
 
