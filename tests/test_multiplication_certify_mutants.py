@@ -1,7 +1,9 @@
 """Tests written for the survivors of the mutation part `multiplication` (bench/mutate.py), each
 against the float64 forward pass (tests/multiplication_oracle.py) or worked out by hand: the biases
 of the layer-2 MLP and of layer-3 attention, a layer-2 unit that reads no digit, the groups of
-layer-2 units, and which unit or logit pair :func:`check` reports as binding.
+layer-2 units, and which unit or logit pair :func:`check` reports as binding; and step 3 alone on a
+residual of one coordinate, where the groups, a hard-max tie and the part of an input that no digit
+changes are worked out by hand.
 
 A layer-2 MLP unit that reads no digit variable adds the same vector at every configuration of a
 class. Where that vector lands on a coordinate that other units move (PROD), the hard-max
@@ -11,6 +13,7 @@ most products (the float64 pass says so), and the certificate PASSed it.
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -21,6 +24,7 @@ from constructions.multiplication.certify.margins import certify
 from constructions.multiplication.certify import mlp
 from constructions.multiplication.certify.mlp import check
 from constructions.multiplication.model import TASK
+from lengthgen.proof.interval import Iv
 from multiplication_checks import class_checks, wrong_pairs
 from multiplication_oracle import measure
 
@@ -222,8 +226,6 @@ def test_a_table_splits_exactly_into_its_constant_and_varying_coordinates() -> N
     split must be exact: constant + varying part == every entry, coordinate by coordinate, with
     coordinates whose entries differ only in the lower end, only in the upper end, in both, or in
     neither (interval tables, not only exact ones)."""
-    from lengthgen.proof.interval import Iv
-
     lo = np.array([[1.0, 2.0, 3.0, 4.0], [0.5, 2.0, 3.0, 4.0], [1.0, 2.0, 2.0, 4.0]])
     hi = np.array([[1.5, 2.5, 3.5, 4.5], [1.5, 2.75, 3.5, 4.5], [1.5, 2.5, 3.25, 4.5]])
     table = Iv(lo, hi)
@@ -232,3 +234,56 @@ def test_a_table_splits_exactly_into_its_constant_and_varying_coordinates() -> N
     const, var = mlp._split(table, mask)
     assert np.array_equal(const.lo + var.lo, lo) and np.array_equal(const.hi + var.hi, hi)
     assert np.array_equal(const.lo, [0.0, 0.0, 0.0, 4.0]) and np.array_equal(var.lo[:, 3], [0.0, 0.0, 0.0])
+
+
+def _layer3_on_one_coordinate(x: list[float], targets: list[int], w3: list[float], b3: list[float], w_u: list[float],
+                              const: float = 0.0):
+    """Step 3 (``mlp._layer3``) on a residual with one coordinate that layer 3 and the readout read:
+    at configuration j it is ``const + x[j]`` (``const``: the part no digit changes). Layer 3 has
+    units with weights ``w3`` on it and biases ``b3`` and writes nothing; logit(k) = w_u[k]·x, no bias."""
+    W = SimpleNamespace(W_in={2: np.array([w3])}, b_in={2: np.array(b3, dtype=np.float64)},
+                        W_out={2: np.zeros((len(w3), 1))}, b_out={2: np.zeros(1)},
+                        W_U=np.array([w_u], dtype=np.float64), b_U=np.zeros(len(w_u)))
+    values = np.array(x, dtype=np.float64)[:, None]
+    parts = [(Iv.exact(values), np.arange(len(x)))]
+    return mlp._layer3(W, np.array([0]), None, np.array(targets), Iv.exact([const]), np.array([True]), parts,
+                       len(x), [])
+
+
+def test_configurations_share_a_group_where_their_layer3_inputs_round_to_one_grid_point() -> None:
+    """Inputs 0 and 2^-12 round to the grid point 0 of the 2^-10 grid, 1 and 1 + 3·2^-13 to 1024·2^-10,
+    and 3 twice, but with two different targets: 4 groups of the 6 configurations (worked out by hand;
+    an exact input has an enclosure of width 0, the others one of a few ulps)."""
+    tables = _layer3_on_one_coordinate([0.0, 2.0**-12, 1.0, 1.0 + 3 * 2.0**-13, 3.0, 3.0], [1, 1, 1, 1, 1, 2],
+                                       w3=[1.0], b3=[0.5], w_u=[0.0, 1.0, 1.0])
+    assert tables.n_groups == 4 and sorted(tables.target.tolist()) == [1, 1, 1, 2]
+
+
+def test_a_hard_max_tie_between_two_logits_is_a_fail() -> None:
+    """logit = (0, 0, −x) at x = 2 with target 0: tokens 0 and 1 tie exactly (margin 0, the only margin
+    ≤ 0), which must be reported as the pair the hard-max limit does not separate. With logit =
+    (x, 0, −x) the margins are 2 and 4 (lower bounds within an enclosure's width) and nothing is reported."""
+    tie = _layer3_on_one_coordinate([2.0], [0], w3=[0.0], b3=[0.0], w_u=[0.0, 0.0, -1.0])
+    assert tie.margin[0, :2].tolist() == [np.inf, 0.0] and 2 - 1e-12 < tie.margin[0, 2] <= 2
+    assert tie.hardmax_error == ("the hard-max limit does not separate token 0 from token 1 on a group of "
+                                 "configurations (margin lower bound 0)")
+    apart = _layer3_on_one_coordinate([2.0], [0], w3=[0.0], b3=[0.0], w_u=[1.0, 0.0, -1.0])
+    assert apart.hardmax_error == "" and apart.margin[0, 0] == np.inf
+    assert 2 - 1e-12 < apart.margin[0, 1] <= 2 and 4 - 1e-12 < apart.margin[0, 2] <= 4
+
+
+def test_the_part_of_a_layer3_input_that_no_digit_changes_counts_once() -> None:
+    """The input is 4 + x with x ∈ {0, 1}; the unit's pre-activation 6 − (4 + x) ∈ {2, 1} never changes
+    sign and stays ≥ 1 from 0 (hand). Counting the 4 a second time, even as the interval [0, 4], would
+    move it to [−3, 1], a sign change."""
+    tables = _layer3_on_one_coordinate([0.0, 1.0], [0, 0], w3=[-1.0], b3=[6.0], w_u=[1.0, 0.0], const=4.0)
+    assert tables.hardmax_error == ""
+    assert 1 - 1e-12 < tables.reserve[0] <= 1
+
+
+def test_the_table_of_classes_counts_the_configurations_of_the_low_answer_positions() -> None:
+    """At N = 2 (hand count): '=' sees a_0, b_0, b_1, 10^3 configurations; c_0 and c_1 see a_0, a_1,
+    b_0, b_1, 10^4 each (the carry into column 1 follows from a_0·b_0)."""
+    cert = certify(_model(), N)
+    assert [(name.split()[0], n_cfg) for name, _, n_cfg, *_ in cert.classes[:3]] == [("'='", 1000), ("c_0", 10_000),
+                                                                                       ("c_1", 10_000)]

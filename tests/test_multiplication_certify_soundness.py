@@ -186,7 +186,8 @@ def _layer1_values_read_the_digit(model, labels) -> None:
     (_extra_layer3_head, "layer-3 attention writes", "every"),
     (_layer1_values_read_the_digit, "depend on the digit", "some"),
     (_b0_head_ignores_its_keys, "averages over up to", "some"),
-    (_a_head_prefers_the_answer, "outside the window", "some"),
+    (_a_head_prefers_the_answer,
+     "a head reads c_(i-1), outside the window a_(i−2) … a_(i+1) that the carry argument covers", "some"),
     (_product_unit_reads_five_digits, "read 5 digits at once (over 10000 assignments)", "no"),
 ])
 def test_each_structure_check_fails_its_broken_model(edit, needle: str, wrong_on: str, monkeypatch) -> None:
@@ -194,7 +195,8 @@ def test_each_structure_check_fails_its_broken_model(edit, needle: str, wrong_on
     that check's reason. The float64 forward pass shows what the break does: wrong on some input,
     on every input (the extra layer-3 head), or on none (a product unit reading too many digits is
     outside the chain, not wrong). The limit on assignments is lowered from 10^5 to 10^4 to keep the
-    test fast; the design's units read at most 4 digits, so only the broken unit trips it."""
+    test fast; the design's units read at most 4 digits, so only the broken unit trips it. The FAIL
+    of the head that prefers the answer names the digit it reads, c_(i−1), and the window it left."""
     monkeypatch.setattr(mlp, "MAX_ASSIGNMENTS", 10**4)
     model = _model(None)
     _edit(model, edit)

@@ -149,6 +149,17 @@ def test_float32_is_compiled_as_float32():
     assert ct.run([1, 2, 3]) == [0, 1, 2]
 
 
+def test_a_dtype_other_than_float64_or_float32_is_refused():
+    """float64 is the default; a half-precision dtype, or a dtype's name as a string, is refused by
+    name rather than compiled as float64."""
+    program = lib.shift_right(tokens, 1, 0)
+    assert {p.dtype for p in compile_to_transformer(program, VOCAB, 4).model.parameters()} == {torch.float64}
+    for dtype in (torch.float16, torch.bfloat16, "float32"):
+        message = f"dtype must be torch.float64 or torch.float32, got {dtype!r}"
+        with pytest.raises(CompileError, match=re.escape(message)):
+            compile_to_transformer(program, VOCAB, 4, dtype=dtype)
+
+
 def test_non_numbers_are_not_read_as_numbers():
     sel = Select(tokens, tokens, Comparison.EQ)
     with pytest.raises(CompileError, match="'tokens' has non-numeric values; it cannot be read as a number"):

@@ -135,11 +135,14 @@ def compile_to_transformer(program: SOp, vocab: Sequence[Any], max_seq_len: int,
     ``causal``: RASP-L semantics (query p sees keys <= p, ``length`` = p + 1) and a causal model;
     ``False``: tracr's semantics and a non-causal model. ``output_values``: the first output
     classes, in order (e.g. the vocabulary, so that greedy decoding can feed the argmax back).
+    ``dtype``: the weights' type, ``torch.float64`` or ``torch.float32``; any other is refused.
     Raises :class:`CompileError` naming the op for anything without exact weights.
     """
     start = time.perf_counter()
     if not isinstance(max_seq_len, int) or max_seq_len < 1:
         raise CompileError(f"max_seq_len must be a positive integer, got {max_seq_len!r}")
+    if dtype not in _DTYPE_NAMES:
+        raise CompileError(f"dtype must be torch.float64 or torch.float32, got {dtype!r}")
     vocab = list(vocab)
     if not vocab or len(set(vocab)) != len(vocab):
         raise CompileError("the vocabulary must be non-empty and without repeats")
@@ -177,7 +180,7 @@ def compile_to_transformer(program: SOp, vocab: Sequence[Any], max_seq_len: int,
         d_head=max([max(len(h.qk), len(h.ov)) for hs in heads for h in hs] + [1]),
         d_mlp=max([sum(len(b.units) for b in bl) for bl in mlps] + [1]),
         n_ctx=max_seq_len + 1, positional="learned", attn_scale=1.0, act_fn="relu",
-        normalization=None, d_vocab_out=len(classes), dtype=_DTYPE_NAMES.get(dtype, "float64"),
+        normalization=None, d_vocab_out=len(classes), dtype=_DTYPE_NAMES[dtype],
         causal=causal)
     annotations = Annotations(
         residual=layout.labels, head_names=[h.text for hs in heads for h in hs],
