@@ -1,0 +1,323 @@
+"""The parts of the trained-model certificate that the end-to-end tests reach only in bulk, each
+against an oracle of its own (Python integers, exact fractions, a float64 forward pass):
+
+- :func:`lengthgen.proof.counterexamples.realize`: the operand pairs built from a local
+  configuration hold its digits, its carry and the evaluation distribution's leading digits;
+- :func:`lengthgen.proof.counterexamples.wrong_positions`: the answer positions a model misses;
+- the configurations of a window and their exact probability.
+"""
+from __future__ import annotations
+
+import copy
+from fractions import Fraction
+from itertools import product
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from constructions.addition.model import build_model
+from lengthgen.proof.counterexamples import realize, wrong_positions
+from lengthgen.proof.interval import Iv
+from lengthgen.proof.trained import Layout, PositionResult, configurations, propagate, refining
+from lengthgen.proof.trained_affine import free_values
+from lengthgen.tasks import ADDITION
+
+START = 2
+DECISION_MARGIN = 1e-3  # the project's decision margin (docs): a literal, not read from the code
+
+
+def layout(n: int) -> Layout:
+    return Layout(n, START, ADDITION.vocab.index("$"), ADDITION.vocab.index("+"), ADDITION.vocab.index("="))
+
+
+@st.composite
+def windows(draw):
+    """(N, lo, window digits of a and b, carry into lo): a window anywhere, the lead included."""
+    n = draw(st.integers(1, 7))
+    lo = draw(st.integers(0, n - 1))
+    width = draw(st.integers(1, n - lo))
+    digit = lambda j: st.integers(1 if (j == n - 1 and n > 1) else 0, 9)  # noqa: E731
+    a_w = [draw(digit(lo + i)) for i in range(width)]
+    b_w = [draw(digit(lo + i)) for i in range(width)]
+    carry = draw(st.integers(0, 1)) if lo > 0 else 0
+    return n, lo, np.array(a_w), np.array(b_w), carry
+
+
+@settings(max_examples=300, deadline=None)
+@given(windows(), st.integers(0, 2**32 - 1))
+def test_realized_pairs_hold_the_window_the_carry_and_the_leading_digit(case, seed):
+    n, lo, a_w, b_w, carry = case
+    a, b = realize(layout(n), lo, a_w, b_w, carry, np.random.default_rng(seed))
+    for text, w in ((a, a_w), (b, b_w)):
+        assert len(text) == n and text.isdigit()
+        assert n == 1 or text[0] != "0"  # an N-digit operand, as lengthgen.evaluate samples them
+        value = int(text)
+        assert [(value // 10**(lo + i)) % 10 for i in range(len(w))] == list(w)
+    assert int((int(a) % 10**lo) + (int(b) % 10**lo) >= 10**lo) == carry  # Python-integer carry into lo
+
+
+def test_realized_pairs_vary_outside_the_window():
+    """Digits outside the window are random, so that different tries are different pairs."""
+    pairs = {realize(layout(6), 2, np.array([3, 4]), np.array([5, 6]), 1, np.random.default_rng(s)) for s in range(20)}
+    assert len(pairs) > 10
+
+
+@torch.inference_mode()
+def test_wrong_positions_are_the_positions_the_float64_model_misses():
+    """The construction with blunt attention (M = 3: some sums come out wrong): each pair's wrong
+    positions are exactly those where the float64 model's top logit is not the true digit of the
+    Python sum by more than the margin, with the tokens named."""
+    n = 4
+    model, _ = build_model(n_digits=n, M=3.0)
+    rng = np.random.default_rng(3)
+    pairs = [(str(a), str(b)) for a, b in zip(rng.integers(1000, 10**4, 295), rng.integers(1000, 10**4, 295))]
+    found = wrong_positions(model, pairs, START, batch=7)  # 295 = 42·7 + 1: a last batch of one pair
+    assert len(found) == len(pairs)
+    m64 = copy.deepcopy(model).to(torch.float64)
+    for (a, b), bad in zip(pairs, found):
+        truth = str(int(a) + int(b)).zfill(n + 1)[::-1] + "$"
+        inst = ADDITION.instance(a, b, start=START)
+        logits = m64(torch.as_tensor(inst.tokens[None, :-1]), torch.as_tensor(inst.pos_ids[None, :-1]))[0]
+        answer = logits[inst.prompt_len - 1:].numpy()
+        expect = {}
+        for r, ch in enumerate(truth):
+            row = answer[r]
+            t = ADDITION.vocab.index(ch)
+            others = np.delete(row, t)
+            if not row[t] - others.max() > DECISION_MARGIN:
+                top = int(np.argmax(row))
+                second = np.sort(row)[-2]
+                pred = ADDITION.vocab[top] if row[top] - second > DECISION_MARGIN else "undecided"
+                expect[r] = (ch, pred)
+        assert bad == expect, (a, b)
+    assert sum(map(len, found)) > 0  # the model really misses some
+
+
+def test_configurations_are_every_window_assignment_with_its_multiplicity():
+    """Unordered per significance (a ≤ b), each standing for 1 or 2 ordered ones: the ordered
+    expansion is exactly the product of the digit sets (leading digit non-zero) and the carries."""
+    for n, lo, hi in ((1, 0, 0), (3, 0, 1), (3, 1, 2), (4, 2, 2)):
+        lay = layout(n)
+        a, b, carry, mult = configurations(lay, lo, hi)
+        seen: dict[tuple, int] = {}
+        for x, y, k, m in zip(a, b, carry, mult):
+            assert np.all(x <= y)
+            key = (tuple(x), tuple(y), int(k))
+            assert key not in seen
+            seen[key] = int(m)
+            assert m == 2 ** int(np.sum(x != y))
+        sets = [range(1 if (j == n - 1 and n > 1) else 0, 10) for j in range(lo, hi + 1)]
+        ordered = set(product(product(*sets), product(*sets), (0, 1) if lo > 0 else (0,)))
+        expanded = {(xa, xb, k) for (x, y, k) in seen
+                    for swap in product((0, 1), repeat=len(x))
+                    for xa, xb in [(tuple(q if s else p for p, q, s in zip(x, y, swap)),
+                                    tuple(p if s else q for p, q, s in zip(x, y, swap)))]}
+        assert expanded == ordered
+        assert int(mult.sum()) == len(ordered)
+
+
+def test_propagate_is_school_addition():
+    rng = np.random.default_rng(0)
+    a, b = rng.integers(0, 10, (50, 4)), rng.integers(0, 10, (50, 4))
+    carry = rng.integers(0, 2, 50)
+    c, top = propagate(a, b, carry)
+    for i in range(50):
+        x = sum(int(d) * 10**j for j, d in enumerate(a[i]))
+        y = sum(int(d) * 10**j for j, d in enumerate(b[i]))
+        total = x + y + int(carry[i])
+        assert [(total // 10**j) % 10 for j in range(4)] == list(c[i]) and total // 10**4 == top[i]
+
+
+
+def test_realized_pairs_reach_every_digit_outside_the_window():
+    """Outside the window (and the digit below it that forces the carry) every digit occurs: 1–9 at
+    the lead, 0–9 elsewhere, in both operands."""
+    n, lo = 5, 2
+    seen = [[set(), set()] for _ in range(n)]
+    rng = np.random.default_rng(0)
+    for _ in range(400):
+        for k, text in enumerate(realize(layout(n), lo, np.array([4]), np.array([4]), 1, rng)):
+            for j, ch in enumerate(reversed(text)):
+                seen[j][k].add(int(ch))
+    for j in (0, 3):
+        assert seen[j] == [set(range(10))] * 2, j
+    assert seen[n - 1] == [set(range(1, 10))] * 2
+
+
+def refines_by_integers(parent_failed, pwin, lo, hi, a, b, carry) -> np.ndarray:
+    """The oracle of :func:`refining`: rebuild the pair's digits as integers, read the parent's window
+    digits and the carry into it with Python arithmetic."""
+    plo, phi = pwin
+    failed = {(tuple(int(x) for x in fa), tuple(int(x) for x in fb), int(fc)) for fa, fb, fc in parent_failed}
+    out = []
+    for x, y, k in zip(a, b, carry):
+        # significances lo..hi of two integers whose part below lo sums to exactly k·10^lo
+        av = sum(int(d) * 10**(lo + i) for i, d in enumerate(x)) + (10**lo - 1 if k else 0)
+        bv = sum(int(d) * 10**(lo + i) for i, d in enumerate(y)) + (1 if k else 0)
+        digits = lambda v: tuple((v // 10**j) % 10 for j in range(plo, phi + 1))  # noqa: E731
+        c_in = int((av % 10**plo) + (bv % 10**plo) >= 10**plo)
+        da, db = digits(av), digits(bv)
+        out.append((tuple(map(min, zip(da, db))), tuple(map(max, zip(da, db))), c_in) in failed)
+    return np.array(out)
+
+
+@pytest.mark.parametrize("pwin,win", [((2, 2), (1, 3)), ((2, 3), (1, 3)), ((1, 1), (1, 2)), ((3, 3), (1, 3)), ((0, 0), (0, 1))])
+def test_refining_selects_exactly_the_configurations_inside_an_unproven_one(pwin, win):
+    lay = layout(5)
+    rng = np.random.default_rng(sum(pwin) + 7 * sum(win))
+    pa, pb, pc, _ = configurations(lay, *pwin)
+    pick = rng.choice(len(pa), size=min(25, len(pa)), replace=False)
+    parent = PositionResult(0, pwin, len(pa), 0, Fraction(0), [(pa[i], pb[i], int(pc[i])) for i in pick])
+    a, b, carry, _ = configurations(lay, *win)
+    rows = rng.choice(len(a), size=min(3000, len(a)), replace=False)  # refining works row by row
+    a, b, carry = a[rows], b[rows], carry[rows]
+    keep = refining(parent, *win, a, b, carry)
+    assert keep.dtype == bool and keep.shape == (len(a),)
+    assert np.array_equal(keep, refines_by_integers(parent.failed, pwin, *win, a, b, carry))
+    assert keep.any()
+    none = refining(PositionResult(0, pwin, len(pa), len(pa), Fraction(0), []), *win, a, b, carry)
+    assert none.dtype == bool and none.shape == (len(a),) and not none.any()
+
+
+def test_refining_refuses_a_window_that_does_not_contain_the_parent():
+    lay = layout(5)
+    a, b, carry, _ = configurations(lay, 1, 2)
+    parent = PositionResult(0, (2, 3), 1, 0, Fraction(0), [])
+    with pytest.raises(ValueError, match=r"window \[1, 2\] does not contain the window \[2, 3\]"):
+        refining(parent, 1, 2, a, b, carry)
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e-6])
+def test_free_values_on_a_segment_keep_one_axis_and_no_box(scale):
+    """Free value vectors on a segment away from the origin, long or very short: the enclosure is the
+    segment itself (one generator of half its length, a centre of width ~0 at its midpoint) and
+    every vector is inside it; a basis from uncentred points, of the wrong rank or that drops a
+    short axis would add a generator or a box."""
+    start, step = np.array([3.0, -1.0, 2.0]) * scale, np.array([0.5, 0.25, -0.125]) * scale
+    pts = np.zeros((10, 4, 3))
+    for tok in range(10):
+        for pid in range(4):
+            pts[tok, pid] = start + (tok + pid) * step
+    W_O = np.eye(3)
+    fv = free_values(Iv.exact(pts), [(np.arange(10), 1), (np.arange(3, 7), 3)], W_O)
+    lo_t, hi_t = 1, 10  # the values' t = tok + pid range over [1, 10] (ID 1) and [6, 9] (ID 3)
+    assert fv["gens"].shape[0] == 1
+    g = fv["gens"][0]
+    assert np.allclose(np.abs(g), np.abs(step) * (hi_t - lo_t) / 2, rtol=1e-12, atol=0)
+    mid = start + step * (lo_t + hi_t) / 2
+    tol = 1e-12 * scale
+    assert np.all(fv["centre"].lo <= mid + tol) and np.all(mid - tol <= fv["centre"].hi)
+    assert np.all(fv["centre"].hi - fv["centre"].lo < tol)
+    for t in range(lo_t, hi_t + 1):  # each vector = centre + τ·g with |τ| ≤ 1 (up to rounding)
+        v = start + t * step
+        tau = np.dot(v - mid, g) / np.dot(g, g)
+        assert abs(tau) <= 1 + 1e-12 and np.allclose(mid + tau * g, v, rtol=0, atol=tol)
+    # the pyramid conv{(−1, 0), (1, τ_k)} of (2μ − 1, μ·τ): the apex, then one row per distinct value
+    sign = np.sign(np.dot(step, g))
+    taus = sorted({(t - (lo_t + hi_t) / 2) / ((hi_t - lo_t) / 2) for t in range(lo_t, hi_t + 1)})
+    vertices = fv["vertices"]
+    assert np.array_equal(vertices[0], [-1.0, 0.0]) and np.all(vertices[1:, 0] == 1.0)
+    assert np.allclose(sorted(sign * vertices[1:, 1]), taus, rtol=0, atol=1e-12)
+
+
+def test_free_values_that_are_all_equal_have_no_generator():
+    pts = np.broadcast_to(np.array([1.0, 2.0, -3.0]), (10, 4, 3)).copy()
+    fv = free_values(Iv.exact(pts), [(np.arange(10), 1), (np.arange(4), 2)], np.eye(3))
+    assert fv["gens"].shape[0] == 0
+    assert np.all(fv["centre"].lo <= pts[0, 0]) and np.all(pts[0, 0] <= fv["centre"].hi)
+    assert np.all(fv["centre"].hi - fv["centre"].lo < 1e-12)
+
+
+def test_the_tail_of_a_model_without_an_mlp_is_its_layer_norm():
+    """No MLP: the forms are LN2 of the residual (which nothing reads) and the residual itself, and
+    the logit differences enclose the float64 ones."""
+    from tests.test_affine_tail import EPS, assert_inside, points, random_form, random_tail, ref_ln
+
+    from lengthgen.proof import affine as A
+    from lengthgen.proof.trained_affine import tail_forms
+
+    w = random_tail(0, "gelu")
+    w.W_in = w.b_in = w.W_out = w.b_out = None
+    x = random_form(0)
+    pts = points(x, 0)
+    forms = tail_forms(w, x)
+    assert [name for name, _ in forms] == ["ln2", "mlp"]
+    for (name, form), ref in zip(forms, (ref_ln(pts, w.ln2), pts)):
+        box = form.box()
+        assert_inside(box.lo, box.hi, ref, name)
+    target = np.arange(len(x.c)) % w.W_U.shape[1]
+    logits = ref_ln(pts, w.ln_final) @ w.W_U + w.b_U
+    diff = A.differences(forms[-1][1], w.ln_final, EPS, w.W_U, w.b_U, target)
+    assert_inside(diff.lo, diff.hi, np.take_along_axis(logits, target[:, None, None], axis=-1) - logits, "differences")
+
+
+@pytest.mark.parametrize("normalization,act,d_mlp,attn_scale", [
+    ("LN", "gelu", 16, None), (None, "relu", 16, 2.0), ("LN", "relu", 0, None), (None, "gelu", 0, 3.0)])
+def test_random_models_of_every_covered_shape_are_enclosed(normalization, act, d_mlp, attn_scale):
+    """Random 1-layer models with and without LayerNorm, an MLP (GELU or ReLU) or the 1/sqrt(d_head)
+    score scale: every real logit difference of every 1-digit pair (and of random 2-digit pairs)
+    lies in its configuration's enclosure, and every miss is unproven (the float64 model is the
+    oracle, through tests/test_certify_trained.py's ``assert_sound``). Such models get every sum
+    wrong, so what this pins is the enclosures, not what they prove."""
+    from tests.test_certify_trained import all_pairs, assert_sound
+
+    from lengthgen.model import Transformer, TransformerConfig
+
+    torch.manual_seed(d_mlp + (attn_scale or 0) * 10)
+    cfg = TransformerConfig(d_vocab=len(ADDITION.vocab), d_model=12, n_heads=2, d_head=6, d_mlp=d_mlp, n_ctx=12,
+                            act_fn=act, normalization=normalization, attn_scale=attn_scale, dtype="float64")
+    model = Transformer(cfg)
+    with torch.no_grad():  # every parameter random (the initialisation zeroes some, e.g. biases)
+        for name, p in model.named_parameters():
+            p.normal_(0.0, 0.5)
+            if name.endswith(".w"):  # LayerNorm gains near 1
+                p.add_(1.0)
+    for tail in ("interval", "both"):
+        assert_sound(model, 1, all_pairs(1), exhaustive=True, tail=tail)
+    rng = np.random.default_rng(0)
+    pairs = [(int(a), int(b)) for a, b in zip(rng.integers(10, 100, 200), rng.integers(10, 100, 200))]
+    assert_sound(model, 2, pairs, exhaustive=False, tail="interval")
+
+
+
+def test_the_attention_form_holds_free_values_anywhere_in_a_wide_centre_box():
+    """The form encloses ``resid + b_O + Σ_h o_fixed + λ·(v_free − v_fixed)·W_O[h]`` for every
+    λ ∈ [0, λ⁺] and every v_free in ``free_values``' set: with that set's centre box widened by
+    ±0.05 (as a rank the float basis drops would widen it), a real free key's value moved to the
+    corner of the box that pushes each output coordinate furthest must stay inside the form's own
+    enclosure (without the plain pass's hull, which knows nothing of the widening)."""
+    from lengthgen.proof.trained import PositionCertifier
+    from lengthgen.proof.trained_affine import attention_form
+    from lengthgen.proof.trained_tables import OneLayer, Tables
+    from lengthgen.runs import load_checkpoint
+
+    model, _, _ = load_checkpoint("checkpoints/addition_coupled_1l2h_packed", 2)
+    w = OneLayer.from_model(model)
+    cert = PositionCertifier(w, Tables.build(w), layout(2), max_width=1, tail="affine")
+    p = cert.inputs(3, sample=40)  # '$' at 2 digits: both heads give their free keys 1-4%
+    widen = 0.05
+    heads = []
+    for k in p.heads:
+        fv = dict(k["free_v"])
+        fv["centre"] = Iv(fv["centre"].lo - widen, fv["centre"].hi + widen)
+        heads.append({**k, "free_v": fv})
+    resid = cert.t.resid[:, p.qid][p.query_tok]
+    x = attention_form(cert, heads, p.slots, p.query_tok, resid)
+    x.hull = None
+    r = x.radius()
+    point = resid.center_radius()[0] + w.b_O
+    free_tok, free_id = cert._free_slots(3, *p.window)[0]  # one free key and a value it can carry
+    for sign in (1, -1):  # both heads at λ⁺, their values at the corner that raises (lowers) output j
+        total = point.copy()
+        for h, k in enumerate(heads):
+            fixed_o, lam = cert.fixed_mean(k, p.slots, p.query_tok, "eo")
+            fixed_v, _ = cert.fixed_mean(k, p.slots, p.query_tok, "ev")
+            assert lam.max() > 1e-3
+            v_k = cert.t.value[h].center_radius()[0][free_tok[0], free_id]
+            W = w.W_O[h]
+            moved = (v_k[None] - fixed_v.center_radius()[0]) @ W + sign * (np.abs(W) * widen).sum(axis=0)[None]
+            total = total + fixed_o.center_radius()[0] + lam[:, None] * moved
+        assert np.all(np.abs(total - x.c) <= r + 1e-9), float((np.abs(total - x.c) - r).max())
