@@ -321,3 +321,112 @@ def test_the_attention_form_holds_free_values_anywhere_in_a_wide_centre_box():
             moved = (v_k[None] - fixed_v.center_radius()[0]) @ W + sign * (np.abs(W) * widen).sum(axis=0)[None]
             total = total + fixed_o.center_radius()[0] + lam[:, None] * moved
         assert np.all(np.abs(total - x.c) <= r + 1e-9), float((np.abs(total - x.c) - r).max())
+
+
+def test_the_affine_pass_reaches_every_row_it_is_given():
+    """``_tighten`` sends every unproven row through the affine tail, chunk after chunk: given 300
+    rows with no bound at all (more than two chunks), each comes back finite."""
+    from lengthgen.proof.trained import PositionCertifier
+    from lengthgen.proof.trained_tables import OneLayer, Tables
+    from lengthgen.runs import load_checkpoint
+
+    model, _, _ = load_checkpoint("checkpoints/addition_coupled_1l2h_packed", 2)
+    w = OneLayer.from_model(model)
+    cert = PositionCertifier(w, Tables.build(w), layout(2), tail="affine")
+    p = cert.inputs(1, sample=300)  # c_0 predicts c_1: window (0, 1), no free keys
+    assert len(p.a) == 300
+    diff = Iv(np.full((300, cert.V), -np.inf), np.full((300, cert.V), np.inf))
+    cert._tighten(diff, np.arange(300), p.heads, p.slots, p.query_tok, p.target, p.qid)
+    assert np.all(np.isfinite(diff.lo)) and np.all(np.isfinite(diff.hi))
+
+
+@pytest.mark.parametrize("n,window", [(3, (1, 2)), (3, (2, 2)), (3, (0, 1)), (2, (1, 1))])
+def test_the_mass_of_configurations_is_the_share_of_operand_pairs_that_have_them(n, window):
+    """The exact probability of a set of configurations (the accuracy bound subtracts these) against
+    a count over every N-digit operand pair: all of a window's configurations have mass 1, a random
+    subset the share of pairs whose digits and carry fall in it."""
+    from lengthgen.proof.trained import PositionCertifier
+
+    lay = layout(n)
+    cert = PositionCertifier.__new__(PositionCertifier)
+    cert.lay = lay
+    lo, hi = window
+    a, b, carry, mult = configurations(lay, lo, hi)
+    assert cert._mass(lo, hi, carry, mult) == 1
+    rng = np.random.default_rng(n + lo)
+    pick = rng.random(len(a)) < 0.3
+    pick[np.flatnonzero(carry == 1)[:3]] = True  # some carry-1 configurations, where there are any
+    def key(x, y, k):  # one integer per (a ≤ b digits, carry)
+        return ((x * 10 + y) * 100 ** np.arange(x.shape[1])).sum(axis=1) * 2 + k
+    first = 10 ** (n - 1) if n > 1 else 0
+    A, B = np.meshgrid(np.arange(first, 10**n), np.arange(first, 10**n), indexing="ij")
+    A, B = A.ravel(), B.ravel()
+    da = np.stack([(A // 10**j) % 10 for j in range(lo, hi + 1)], axis=1)
+    db = np.stack([(B // 10**j) % 10 for j in range(lo, hi + 1)], axis=1)
+    c_in = ((A % 10**lo) + (B % 10**lo) >= 10**lo).astype(int)
+    hits = int(np.isin(key(np.minimum(da, db), np.maximum(da, db), c_in), key(a[pick], b[pick], carry[pick])).sum())
+    assert cert._mass(lo, hi, carry[pick], mult[pick]) == Fraction(hits, len(A))
+
+
+def test_the_reported_free_share_is_zero_where_the_window_holds_every_key():
+    """At 2 digits every answer position's window (width 2) holds both significances: no key is
+    free, so the reported share is exactly 0; with width 1, positions 0 and 3 have free keys and
+    the share is a real one, below 5% for this checkpoint."""
+    from lengthgen import certify as cli
+    from lengthgen.runs import load_checkpoint
+
+    model, _, _ = load_checkpoint("checkpoints/addition_coupled_1l2h_packed", 2)
+    results = cli.certify(model, 2, START, tail="interval")
+    assert [r.window for r in results] == [(0, 1), (0, 1), (0, 1), (0, 1)]
+    assert all(r.max_free_share == 0.0 for r in results)
+    narrow = cli.certify(model, 2, START, max_width=1, tail="interval", positions=[0, 3])
+    assert all(0.0 < r.max_free_share < 0.05 for r in narrow)
+
+
+def test_a_gap_exactly_at_the_decision_margin_is_not_proven():
+    """W_U = 0 and b_U one-hot at '$' with 10⁻³: at the last answer position every logit of the
+    float64 model is exact and '$' leads by exactly the margin, which lengthgen.evaluate scores as
+    undecided (wrong). The certificate's enclosure is exact there up to its outward rounding, and
+    it must not prove it."""
+    from tests.test_certify_trained import all_pairs, assert_sound
+
+    from lengthgen.runs import load_checkpoint
+
+    model, _, _ = load_checkpoint("checkpoints/addition_coupled_1l2h_packed", 1)
+    model = copy.deepcopy(model).to(torch.float64)
+    with torch.no_grad():
+        model.unembed.W_U.zero_()
+        model.unembed.b_U.zero_()
+        model.unembed.b_U[ADDITION.EOS] = DECISION_MARGIN
+    for tail in ("interval", "both"):
+        out = assert_sound(model, 1, all_pairs(1), exhaustive=True, tail=tail)
+        last = out["results"][-1]
+        assert last.r == 2 and last.proven == 0 and last.unproven_mass == 1
+        gaps = np.sort(last.enclosures[3], axis=1)[:, 1]  # the target's own entry is 0
+        assert np.all(gaps <= DECISION_MARGIN) and np.all(gaps >= DECISION_MARGIN * (1 - 1e-15))
+
+
+def test_both_tails_are_the_plain_pass_tightened_by_the_affine_one_where_it_fails():
+    """``tail="both"``: the plain enclosure where it proves the configuration, its intersection with
+    the affine tail's own enclosure (``tail="affine"``) where it does not; and the smallest margin
+    reported is the smallest lower end over the proven configurations' other tokens."""
+    from lengthgen import certify as cli
+    from lengthgen.runs import load_checkpoint
+
+    model, _, _ = load_checkpoint("checkpoints/addition_coupled_1l2h_packed", 2)
+    runs = {tail: cli.certify(model, 2, START, max_width=1, keep_enclosures=True, tail=tail, positions=[2])
+            for tail in ("interval", "affine", "both")}
+    for plain, affine, both in zip(*runs.values()):
+        target = np.argmin(np.abs(plain.enclosures[3]) + np.abs(plain.enclosures[4]), axis=1)  # its own entry: [0, 0]
+        low = plain.enclosures[3].copy()
+        low[np.arange(len(low)), target] = np.inf
+        proven_plain = low.min(axis=1) > DECISION_MARGIN
+        assert proven_plain.any() and not proven_plain.all()  # c_1 at 2 digits, window {1}: 148 of 162
+        expect_lo = np.where(proven_plain[:, None], plain.enclosures[3], np.fmax(plain.enclosures[3], affine.enclosures[3]))
+        expect_hi = np.where(proven_plain[:, None], plain.enclosures[4], np.fmin(plain.enclosures[4], affine.enclosures[4]))
+        assert np.array_equal(both.enclosures[3], expect_lo) and np.array_equal(both.enclosures[4], expect_hi)
+        assert not np.array_equal(affine.enclosures[3], both.enclosures[3])  # the affine tail alone, not both
+        low_both = both.enclosures[3].copy()
+        low_both[np.arange(len(low)), target] = np.inf
+        proven = low_both.min(axis=1) > DECISION_MARGIN
+        assert both.min_margin == low_both[proven].min()
