@@ -49,13 +49,13 @@ def expected_sets(n: int, query: int) -> list[set[int]]:
     return [{b[0]}, {b[1]}, a_set(i + 1), a_set(i), a_set(i - 1), a_set(i - 2)]
 
 
-def class_checks(model, n: int) -> tuple[list, np.ndarray, np.ndarray]:
+def class_checks(model, n: int) -> tuple[list, np.ndarray]:
     """The layer-3 tables of every answer class of a model the certificate passes (read from
-    certify's cache), and the deviation box ρ with its mask, for tests of ``mlp.check`` alone."""
+    certify's cache), and the deviation box ρ, for tests of ``mlp.check`` alone."""
     cache: dict = {}
     assert certify(model, n, cache=cache).passed
     W = Weights.from_model(model)
     frame = Frame.build(n, START_ID)
     l1 = layer1(W, frame)
     dev = deviations(W, l1, layer2(W, frame, l1))
-    return list(cache.values()), dev.rho, dev.perturbed
+    return list(cache.values()), dev.rho

@@ -152,18 +152,18 @@ def test_check_reports_the_binding_unit_and_logit_pair() -> None:
     binds is known: a layer-3 unit u ≠ 0 whose reserve is 0.5× its shift |W_in|ᵀρ (stability, slack
     0.5), then 1.5× (passes: slack 1.5, no reason), then a logit gap whose margin is 0.5× its
     requirement (readout, slack 0.5; at 1.5× it passes). With ρ = 0 nothing binds: no reason, a logit pair reported."""
-    tables, rho, perturbed = class_checks(_model(), N)
+    tables, rho = class_checks(_model(), N)
     t = tables[0]
     shift = np.abs(t.W3_abs).T @ rho  # the shift of every unit, float64 (the check rounds it up)
-    base = check(t, rho, perturbed)
+    base = check(t, rho)
     assert base.slack > 1 and base.reason == ""
-    free = check(t, np.zeros_like(rho), perturbed)
+    free = check(t, np.zeros_like(rho))
     assert free.slack > 1e300 and free.reason == "" and free.where.startswith("logit(")  # inf, rounded down
     u = int(np.nonzero((shift > 0) & (shift < 1) & (np.arange(len(shift)) > 0))[0][-1])
     for factor, reason in ((0.5, "stability"), (1.5, "")):
         reserve = t.reserve.copy()
         reserve[u] = factor * shift[u]
-        res = check(dataclasses.replace(t, reserve=reserve), rho, perturbed)
+        res = check(dataclasses.replace(t, reserve=reserve), rho)
         assert res.slack == pytest.approx(factor, rel=1e-9) and res.reason == reason, res
         assert f"layer-3 unit {u} keeps its sign" in res.where
         assert res.reserve == reserve[u] and res.deviation == pytest.approx(shift[u], rel=1e-9)
@@ -174,7 +174,7 @@ def test_check_reports_the_binding_unit_and_logit_pair() -> None:
     for factor, reason in ((1.5, ""), (0.5, "readout")):
         margin = t.margin.copy()
         margin[g, k] = factor * need[g, k]
-        res = check(dataclasses.replace(t, margin=margin), rho, perturbed)
+        res = check(dataclasses.replace(t, margin=margin), rho)
         assert res.slack == pytest.approx(factor, rel=1e-9) and res.reason == reason, res
     assert res.margin == margin[g, k] and res.need == pytest.approx(need[g, k], rel=1e-9)
     assert res.where == f"logit({TASK.vocab[int(t.target[g])]}) − logit({TASK.vocab[k]})"
@@ -246,7 +246,7 @@ def _layer3_on_one_coordinate(x: list[float], targets: list[int], w3: list[float
                         W_U=np.array([w_u], dtype=np.float64), b_U=np.zeros(len(w_u)))
     values = np.array(x, dtype=np.float64)[:, None]
     parts = [(Iv.exact(values), np.arange(len(x)))]
-    return mlp._layer3(W, np.array([0]), None, np.array(targets), Iv.exact([const]), np.array([True]), parts,
+    return mlp._layer3(W, np.array([0]), np.array(targets), Iv.exact([const]), np.array([True]), parts,
                        len(x), [])
 
 

@@ -74,18 +74,18 @@ def test_a_nan_slope_or_deviation_is_no_bound() -> None:
     coordinate that can move (ρ > 0), or a NaN ρ on a coordinate layer 3 reads, bounds nothing: the
     class must fail. Compared as they were, a NaN requirement gave a NaN ratio that the minimum over
     the ratios skipped (readout), and a NaN shift of a unit counted as no shift (stability)."""
-    tables, rho, perturbed = class_checks(_model(), N)
+    tables, rho = class_checks(_model(), N)
     moving = np.nonzero(rho > 0)[0]
     read3 = np.nonzero(tables[0].W3_abs.any(1) & (rho > 0))[0]
     assert len(moving) and len(read3)
     for t in tables:
-        assert check(t, rho, perturbed).slack > 1
+        assert check(t, rho).slack > 1
         slope = t.slope.copy()
         slope[..., moving[0]] = np.nan
-        res = check(dataclasses.replace(t, slope=slope), rho, perturbed)
+        res = check(dataclasses.replace(t, slope=slope), rho)
         assert not res.slack > 1 and res.reason == "readout", res
         nan_rho = rho.copy()
         nan_rho[read3[0]] = np.nan
         with np.errstate(invalid="ignore"):
-            res = check(t, nan_rho, perturbed)
+            res = check(t, nan_rho)
         assert not res.slack > 1 and res.reason in ("readout", "stability"), res

@@ -71,12 +71,11 @@ class Certificate:
 @dataclass
 class Deviations:
     """Step 3. ``D``: the residual coordinates the MLPs and the readout read; ``read3``: indices into D
-    read by layer 3 or the readout; ``perturbed``: mask over read3 of where ρ can be non-zero."""
+    read by layer 3 or the readout."""
 
     delta: np.ndarray  # Δ₁ + Δ₂ over the residual
     D: np.ndarray
     read3: np.ndarray
-    perturbed: np.ndarray
     rho: np.ndarray  # over D[read3]
 
 
@@ -144,13 +143,8 @@ def deviations(W: Weights, l1: Layer1, l2: Layer2) -> Deviations:
     delta = I.up_add(l1.delta, l2.delta)
     D = np.nonzero(np.any(W.W_in[1] != 0, axis=1) | np.any(W.W_in[2] != 0, axis=1) | np.any(W.W_U != 0, axis=1))[0]
     read3 = np.nonzero(np.any(W.W_in[2][D] != 0, axis=1) | np.any(W.W_U[D] != 0, axis=1))[0]
-    written = np.zeros(W.d_model, dtype=bool)
-    for layer in (0, 1):
-        for h in W.working_heads(layer):
-            written |= np.any(W.W_O[layer][h] != 0, axis=0)
-    written |= np.any(W.W_out[1] != 0, axis=0)
     lip = I.up_matmul_nonneg(I.up_matmul_nonneg(delta[None], np.abs(W.W_in[1])), np.abs(W.W_out[1]))[0]
-    return Deviations(delta, D, read3, written[D[read3]], I.up_add(delta, lip)[D[read3]])
+    return Deviations(delta, D, read3, I.up_add(delta, lip)[D[read3]])
 
 
 def _on(D: np.ndarray, cols: np.ndarray, values: Iv, rows: int) -> Iv:
@@ -255,14 +249,14 @@ def check_classes(W: Weights, cert: Certificate, dev: Deviations, answer: Answer
         members = np.nonzero(classes.signature == c)[0]
         k = int(members[0])
         spec = ClassSpec(int(answer.i[k]), cert.n, answer.fixed[k], _terms(k, answer, bool(answer.digit_query[k]), W, dev.D))
-        key = ("mlp", weights_key, classes.rows[k].tobytes(), repr(answer.variables), dev.perturbed.tobytes())
+        key = ("mlp", weights_key, classes.rows[k].tobytes(), repr(answer.variables))
         if key not in cache:
-            cache[key] = class_tables(W, spec, dev.D, dev.read3, dev.perturbed, carries)
+            cache[key] = class_tables(W, spec, dev.D, dev.read3, carries)
         tables = cache[key]
         if tables.hardmax_error:
             cert.passed, cert.reason, cert.message = False, "hardmax", f"{spec.describe()}: {tables.hardmax_error}"
             return cert
-        result = check(tables, dev.rho, dev.perturbed)
+        result = check(tables, dev.rho)
         cert.classes.append((spec.describe(), len(members), tables.n_configs, tables.n_groups, result))
         if len(spec.terms) >= most:
             most, cert.mlp2 = len(spec.terms), tables.mlp2_groups

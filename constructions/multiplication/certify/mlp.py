@@ -136,11 +136,9 @@ class ClassTables:
         return len(self.target)
 
 
-def class_tables(W: Weights, spec: ClassSpec, D: np.ndarray, d3u: np.ndarray, perturbed: np.ndarray,
-                 carries: np.ndarray) -> ClassTables:
+def class_tables(W: Weights, spec: ClassSpec, D: np.ndarray, d3u: np.ndarray, carries: np.ndarray) -> ClassTables:
     """Steps 1–3 in the hard-max limit for one class. ``D`` are the residual coordinates the MLPs and
-    the readout read, ``d3u`` the indices into D read by layer 3 or the readout, ``perturbed`` a mask
-    over d3u of the coordinates where the deviation box can be non-zero."""
+    the readout read, ``d3u`` the indices into D read by layer 3 or the readout."""
     cfg = configurations(spec.i, spec.n, carries)
     n_cfg = len(cfg["target"])
     for v in spec.terms:
@@ -176,7 +174,7 @@ def class_tables(W: Weights, spec: ClassSpec, D: np.ndarray, d3u: np.ndarray, pe
         moving |= _varying(table)
     for table, _ in parts:
         const3 = const3 + _split(table, moving)[0]
-    return _layer3(W, D[d3u], perturbed, cfg["target"], const3, moving, parts, n_cfg, mlp2)
+    return _layer3(W, D[d3u], cfg["target"], const3, moving, parts, n_cfg, mlp2)
 
 
 def _index(cfg: dict, key: tuple, n_cfg: int) -> np.ndarray:
@@ -196,7 +194,7 @@ def _group_keys(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     return inv.reshape(-1), first
 
 
-def _layer3(W: Weights, cols: np.ndarray, perturbed: np.ndarray, target: np.ndarray, const3: Iv, moving: np.ndarray,
+def _layer3(W: Weights, cols: np.ndarray, target: np.ndarray, const3: Iv, moving: np.ndarray,
             parts: list[tuple[Iv, np.ndarray]], n_cfg: int, mlp2: list) -> ClassTables:
     """Step 3: merge configurations into boxes and check the layer-3 MLP and the readout on each."""
     mv = np.nonzero(moving)[0]
@@ -274,7 +272,7 @@ class Check:
     where: str
 
 
-def check(tables: ClassTables, rho: np.ndarray, perturbed: np.ndarray) -> Check:
+def check(tables: ClassTables, rho: np.ndarray) -> Check:
     """Step 3 with the deviation box ``rho`` of the layer-3 inputs (over d3u)."""
     shift = I.upper_bound(I.up_matmul_nonneg(rho[None], tables.W3_abs)[0])  # how far the deviations can move each unit
     with np.errstate(divide="ignore", invalid="ignore"):
