@@ -369,15 +369,15 @@ def test_the_mass_of_configurations_is_the_share_of_operand_pairs_that_have_them
 
 
 def test_the_reported_free_share_is_zero_where_the_window_holds_every_key():
-    """At 2 digits every answer position's window (width 2) holds both significances: no key is
-    free, so the reported share is exactly 0; with width 1, positions 0 and 3 have free keys and
-    the share is a real one, below 5% for this checkpoint."""
+    """At 2 digits the windows (width 2) of answer positions 0 and 3 hold both significances: no key
+    is free, so the reported share is exactly 0; with width 1 they have free keys and the share is
+    a real one, below 5% for this checkpoint."""
     from lengthgen import certify as cli
     from lengthgen.runs import load_checkpoint
 
     model, _, _ = load_checkpoint("checkpoints/addition_coupled_1l2h_packed", 2)
-    results = cli.certify(model, 2, START, tail="interval")
-    assert [r.window for r in results] == [(0, 1), (0, 1), (0, 1), (0, 1)]
+    results = cli.certify(model, 2, START, tail="interval", positions=[0, 3])
+    assert [r.window for r in results] == [(0, 1), (0, 1)]
     assert all(r.max_free_share == 0.0 for r in results)
     narrow = cli.certify(model, 2, START, max_width=1, tail="interval", positions=[0, 3])
     assert all(0.0 < r.max_free_share < 0.05 for r in narrow)
@@ -430,3 +430,64 @@ def test_both_tails_are_the_plain_pass_tightened_by_the_affine_one_where_it_fail
         low_both[np.arange(len(low)), target] = np.inf
         proven = low_both.min(axis=1) > DECISION_MARGIN
         assert both.min_margin == low_both[proven].min()
+
+
+def test_each_answer_position_needs_the_significances_of_its_query_and_target():
+    """Worked out by hand: '=' predicts c_0 (significance 0); c_{r−1} predicts c_r, which reads a_r,
+    b_r and the carry from below (r − 1, r); c_{N−1} predicts c_N, the carry out of significance
+    N − 1, and c_N predicts '$' (both: N − 1)."""
+    for n in range(1, 6):
+        lay = layout(n)
+        expect = [(0, 0)] + [(r - 1, r) for r in range(1, n)] + [(n - 1, n - 1), (n - 1, n - 1)]
+        assert [lay.needed(r) for r in range(n + 2)] == expect, n
+
+
+def test_the_certifier_defaults_are_the_commands():
+    """Built without options (as benchmarks do), a certifier uses python -m lengthgen.certify's
+    defaults: window width 2, the decision margin 10⁻³, both tails, no enclosures kept."""
+    from lengthgen.proof.trained import PositionCertifier
+    from lengthgen.proof.trained_tables import OneLayer, Tables
+    from lengthgen.runs import load_checkpoint
+
+    model, _, _ = load_checkpoint("checkpoints/addition_coupled_1l2h_packed", 1)
+    w = OneLayer.from_model(model)
+    cert = PositionCertifier(w, Tables.build(w), layout(1))
+    assert (cert.max_width, cert.margin, cert.tail, cert.keep) == (2, 1e-3, "both", False)
+    assert cert.certify(0).enclosures is None
+
+
+def test_fixed_and_free_keys_are_the_keys_a_real_input_shows_the_query():
+    """For every answer position and window, the certifier's keys are those of a real instance: the
+    fixed ones (non-digits, the window's digits, the query) with the instance's tokens, the free
+    ones (digits outside the window: an operand's 1-9 at the lead, 0-9 elsewhere and for answer
+    digits) at the instance's IDs, as many of each as the prompt and the answer so far hold."""
+    from lengthgen.proof.trained import PositionCertifier
+
+    rng = np.random.default_rng(5)
+    for n in (1, 3, 4):
+        lay = layout(n)
+        cert = PositionCertifier.__new__(PositionCertifier)
+        cert.lay = lay
+        for r in range(n + 2):
+            need_lo, need_hi = lay.needed(r)
+            for lo in range(0, need_lo + 1):
+                for hi in range(need_hi, min(n, lo + 2)):  # widths up to 2
+                    a, b, carry, _ = configurations(lay, lo, hi)
+                    i = int(rng.integers(len(a)))
+                    c, top = propagate(a[i:i + 1], b[i:i + 1], carry[i:i + 1])
+                    fixed = sorted((int(t[0]), pid) for t, pid in cert._fixed_slots(r, lo, hi, a[i:i + 1], b[i:i + 1], c, top))
+                    free = sorted((pid, tuple(int(x) for x in toks)) for toks, pid in cert._free_slots(r, lo, hi))
+                    A, B = realize(lay, lo, a[i], b[i], int(carry[i]), rng)
+                    inst = ADDITION.instance(A, B, start=START)
+                    shown = range(inst.prompt_len + r)  # the query attends to itself and everything before
+                    want_fixed, want_free = [], []
+                    for p in shown:
+                        tok, pid = int(inst.tokens[p]), int(inst.pos_ids[p])
+                        sig = START + n - 1 - pid
+                        if tok < 10 and 0 <= sig < n and not lo <= sig <= hi:
+                            lead = p < inst.prompt_len and sig == n - 1 and n > 1
+                            want_free.append((pid, tuple(range(1 if lead else 0, 10))))
+                        else:
+                            want_fixed.append((tok, pid))
+                    assert fixed == sorted(want_fixed), (n, r, lo, hi)
+                    assert free == sorted(want_free), (n, r, lo, hi)

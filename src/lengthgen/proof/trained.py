@@ -33,6 +33,7 @@ from itertools import product
 
 import numpy as np
 
+from ..decode import DECISION_MARGIN
 from . import interval as I
 from .interval import Iv
 from .layers import exp_enclosure, exp_upper, recip
@@ -172,7 +173,7 @@ def refining(parent: PositionResult, lo: int, hi: int, a: np.ndarray, b: np.ndar
 class PositionCertifier:
     """Certificate of the answer positions of one operand length (see the module docstring)."""
 
-    def __init__(self, w: OneLayer, tables: Tables, lay: Layout, max_width: int = 2, margin: float = 1e-3,
+    def __init__(self, w: OneLayer, tables: Tables, lay: Layout, max_width: int = 2, margin: float = DECISION_MARGIN,
                  keep_enclosures: bool = False, tail: str = "both"):
         if tail not in TAILS:
             raise ValueError(f"tail must be one of {', '.join(TAILS)}, not {tail!r}")
