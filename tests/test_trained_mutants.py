@@ -491,3 +491,32 @@ def test_fixed_and_free_keys_are_the_keys_a_real_input_shows_the_query():
                             want_fixed.append((tok, pid))
                     assert fixed == sorted(want_fixed), (n, r, lo, hi)
                     assert free == sorted(want_free), (n, r, lo, hi)
+
+
+def test_the_window_widens_toward_the_neighbour_whose_digit_keys_score_highest():
+    """N = 4, answer position 2 needs significances {1, 2}; with room for one more, the window takes
+    0 or 3, whichever ID's digit keys can score higher against some query, in some head; at an edge
+    it takes the only neighbour, and it never grows past the width or the operands."""
+    from lengthgen.proof.trained import PositionCertifier
+
+    lay = layout(4)
+    cert = PositionCertifier.__new__(PositionCertifier)
+    cert.lay = lay
+
+    def scores(heavy_id: int, head: int) -> list[Iv]:
+        out = []
+        for h in range(2):
+            hi = np.zeros((13, 13, 12))
+            if h == head:
+                hi[4, 7, heavy_id] = 5.0  # one query token, one digit key token
+                hi[4, 10:, lay.id_of(0) + lay.id_of(3) - heavy_id] = 9.0  # non-digit keys there: ignored
+            out.append(Iv(hi - 1.0, hi))
+        return out
+
+    for width, heavy, head, want in ((3, 0, 0, (0, 2)), (3, 3, 1, (1, 3)), (2, 0, 0, (1, 2)), (4, 3, 0, (0, 3))):
+        cert.max_width = width
+        assert cert._window(2, scores(lay.id_of(heavy), head)) == want, (width, heavy)
+    cert.max_width = 3
+    assert cert._window(0, scores(lay.id_of(3), 0)) == (0, 2)  # {0}: only 1 lies next to it, then 2
+    cert.max_width = 9
+    assert cert._window(5, scores(lay.id_of(0), 1)) == (0, 3)  # '$' after c_4: at most every significance
