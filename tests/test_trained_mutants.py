@@ -520,3 +520,20 @@ def test_the_window_widens_toward_the_neighbour_whose_digit_keys_score_highest()
     assert cert._window(0, scores(lay.id_of(3), 0)) == (0, 2)  # {0}: only 1 lies next to it, then 2
     cert.max_width = 9
     assert cert._window(5, scores(lay.id_of(0), 1)) == (0, 3)  # '$' after c_4: at most every significance
+
+
+def test_a_sample_of_configurations_is_evenly_spaced_from_first_to_last():
+    from lengthgen.proof.trained import PositionCertifier
+    from lengthgen.proof.trained_tables import OneLayer, Tables
+    from lengthgen.runs import load_checkpoint
+
+    model, _, _ = load_checkpoint("checkpoints/addition_coupled_1l2h_packed", 2)
+    w = OneLayer.from_model(model)
+    cert = PositionCertifier(w, Tables.build(w), layout(2), max_width=1)
+    full = cert.inputs(0)
+    C = len(full.a)
+    assert C == 55
+    for k, rows in ((3, [0, 27, 54]), (5, [0, 13, 27, 40, 54]), (1000, list(range(C)))):
+        part = cert.inputs(0, sample=k)
+        for name in ("a", "b", "carry", "mult", "query_tok", "target"):
+            assert np.array_equal(getattr(part, name), getattr(full, name)[rows]), (k, name)
