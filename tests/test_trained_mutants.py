@@ -537,3 +537,47 @@ def test_a_sample_of_configurations_is_evenly_spaced_from_first_to_last():
         part = cert.inputs(0, sample=k)
         for name in ("a", "b", "carry", "mult", "query_tok", "target"):
             assert np.array_equal(getattr(part, name), getattr(full, name)[rows]), (k, name)
+
+
+def test_scores_that_underflow_every_fixed_key_are_refused():
+    """Queries 1000 times sharper: some configuration's fixed keys all score more than 745 below the
+    reference (the best score a fixed key could have), so their softmax weights underflow to 0 in
+    floats; the certificate refuses the model instead of dividing by an enclosure of 0."""
+    from lengthgen import certify as cli
+    from lengthgen.proof.weights import StructureError
+    from lengthgen.runs import load_checkpoint
+
+    model, _, _ = load_checkpoint("checkpoints/addition_coupled_1l2h_packed", 1)
+    model = copy.deepcopy(model).to(torch.float64)
+    with torch.no_grad():
+        model.blocks[0].attn.W_Q.mul_(1000.0)
+    with pytest.raises(StructureError, match=r"^attention scores of one query span more than e\^745: the fixed keys' "
+                                             r"softmax weight underflows, which this certificate does not handle$"):
+        cli.certify(model, 1, START, tail="interval")
+
+
+def test_the_free_keys_output_box_is_the_hull_of_their_real_outputs():
+    """Answer position 0 at 2 digits with a one-significance window: the free keys are a_1 and b_1
+    (1-9 at ID s). Per head, the plain pass's box of their head outputs is the coordinate-wise hull
+    of value·W_O over those tokens, computed here from the model's own modules in float64: it
+    contains each and is reached on every coordinate (within 10⁻⁹)."""
+    from lengthgen.proof.trained import PositionCertifier
+    from lengthgen.proof.trained_tables import OneLayer, Tables
+    from lengthgen.runs import load_checkpoint
+
+    model, _, _ = load_checkpoint("checkpoints/addition_coupled_1l2h_packed", 2)
+    m64 = copy.deepcopy(model).to(torch.float64)
+    w = OneLayer.from_model(model)
+    cert = PositionCertifier(w, Tables.build(w), layout(2), max_width=1, tail="interval")
+    p = cert.inputs(0)
+    assert p.window == (0, 0)
+    attn = m64.blocks[0].attn
+    with torch.no_grad():
+        toks = torch.arange(1, 10)
+        resid = m64.embed.W_E[toks] + m64.pos_embed.W_pos[START]  # a_1 / b_1: the leading digits, ID s
+        x = m64.blocks[0].ln1(resid)
+        for h, k in enumerate(p.heads):
+            outs = ((x @ attn.W_V[h] + attn.b_V[h]) @ attn.W_O[h]).numpy()
+            box = k["box"]
+            assert np.all(box.lo <= outs.min(0) + 1e-12) and np.all(outs.max(0) <= box.hi + 1e-12)
+            assert np.allclose(box.lo, outs.min(0), atol=1e-9) and np.allclose(box.hi, outs.max(0), atol=1e-9)
