@@ -254,6 +254,24 @@ def test_the_tail_of_a_model_without_an_mlp_is_its_layer_norm():
     assert_inside(diff.lo, diff.hi, np.take_along_axis(logits, target[:, None, None], axis=-1) - logits, "differences")
 
 
+def random_model(seed: int, normalization: str | None = "LN", act: str = "gelu", d_mlp: int = 16,
+                 attn_scale: float | None = None) -> torch.nn.Module:
+    """A float64 1-layer model of the addition vocabulary with every parameter random (the
+    initialisation zeroes some, e.g. biases), LayerNorm gains near 1."""
+    from lengthgen.model import Transformer, TransformerConfig
+
+    torch.manual_seed(seed)
+    cfg = TransformerConfig(d_vocab=len(ADDITION.vocab), d_model=12, n_heads=2, d_head=6, d_mlp=d_mlp, n_ctx=12,
+                            act_fn=act, normalization=normalization, attn_scale=attn_scale, dtype="float64")
+    model = Transformer(cfg)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.normal_(0.0, 0.5)
+            if name.endswith(".w"):
+                p.add_(1.0)
+    return model
+
+
 @pytest.mark.parametrize("normalization,act,d_mlp,attn_scale", [
     ("LN", "gelu", 16, None), (None, "relu", 16, 2.0), ("LN", "relu", 0, None), (None, "gelu", 0, 3.0)])
 def test_random_models_of_every_covered_shape_are_enclosed(normalization, act, d_mlp, attn_scale):
@@ -264,22 +282,14 @@ def test_random_models_of_every_covered_shape_are_enclosed(normalization, act, d
     wrong, so what this pins is the enclosures, not what they prove."""
     from tests.test_certify_trained import all_pairs, assert_sound
 
-    from lengthgen.model import Transformer, TransformerConfig
-
-    torch.manual_seed(d_mlp + (attn_scale or 0) * 10)
-    cfg = TransformerConfig(d_vocab=len(ADDITION.vocab), d_model=12, n_heads=2, d_head=6, d_mlp=d_mlp, n_ctx=12,
-                            act_fn=act, normalization=normalization, attn_scale=attn_scale, dtype="float64")
-    model = Transformer(cfg)
-    with torch.no_grad():  # every parameter random (the initialisation zeroes some, e.g. biases)
-        for name, p in model.named_parameters():
-            p.normal_(0.0, 0.5)
-            if name.endswith(".w"):  # LayerNorm gains near 1
-                p.add_(1.0)
+    model = random_model(int(d_mlp + (attn_scale or 0) * 10), normalization, act, d_mlp, attn_scale)
     for tail in ("interval", "both"):
         assert_sound(model, 1, all_pairs(1), exhaustive=True, tail=tail)
     rng = np.random.default_rng(0)
     pairs = [(int(a), int(b)) for a, b in zip(rng.integers(10, 100, 200), rng.integers(10, 100, 200))]
     assert_sound(model, 2, pairs, exhaustive=False, tail="interval")
+    narrow = assert_sound(model, 2, pairs[:60], exhaustive=False, tail="both", max_width=1)  # free keys
+    assert max(r.max_free_share for r in narrow["results"]) > 0.5
 
 
 
@@ -581,3 +591,35 @@ def test_the_free_keys_output_box_is_the_hull_of_their_real_outputs():
             box = k["box"]
             assert np.all(box.lo <= outs.min(0) + 1e-12) and np.all(outs.max(0) <= box.hi + 1e-12)
             assert np.allclose(box.lo, outs.min(0), atol=1e-9) and np.allclose(box.hi, outs.max(0), atol=1e-9)
+
+
+@pytest.mark.parametrize("which", ["packed", "random"])
+@torch.inference_mode()
+def test_each_heads_plain_enclosure_holds_its_real_output_for_every_free_assignment(which):
+    """Answer position 0 at 2 digits, window {0}: a_1 and b_1 are free. For every configuration and
+    all 81 leading digit pairs, each head's output (hook_z·W_O of the float64 model) lies in the
+    plain pass's enclosure of that head; the random model gives its free keys most of the weight
+    (λ⁺ > 0.5), the trained one little (its extremes must still be inside)."""
+    from lengthgen.proof.trained import PositionCertifier
+    from lengthgen.proof.trained_tables import OneLayer, Tables
+    from lengthgen.runs import load_checkpoint
+
+    model = load_checkpoint("checkpoints/addition_coupled_1l2h_packed", 2)[0] if which == "packed" else random_model(3)
+    m64 = copy.deepcopy(model).to(torch.float64)
+    w = OneLayer.from_model(model)
+    cert = PositionCertifier(w, Tables.build(w), layout(2), max_width=1, tail="interval")
+    p = cert.inputs(0)
+    pairs = [(10 * x + int(p.a[i, 0]), 10 * y + int(p.b[i, 0])) for i in range(len(p.a))
+             for x in range(1, 10) for y in range(1, 10)]
+    insts = [ADDITION.instance(str(a), str(b), start=START) for a, b in pairs]
+    tokens = torch.as_tensor(np.stack([x.tokens for x in insts]))
+    pos = torch.as_tensor(np.stack([x.pos_ids for x in insts]))
+    _, cache = m64.run_with_cache(tokens, pos, names_filter="blocks.0.attn.hook_z", return_cache_object=False)
+    z = cache["blocks.0.attn.hook_z"][:, insts[0].prompt_len - 1].numpy()  # [pairs, heads, d_head] at '='
+    largest = 0.0
+    for h, k in enumerate(p.heads):
+        real = (z[:, h] @ w.W_O[h]).reshape(len(p.a), 81, -1)
+        enc, lam = cert._head(k, p.slots, p.query_tok)
+        largest = max(largest, float(lam.max()))
+        assert np.all(enc.lo[:, None] - 1e-9 <= real) and np.all(real <= enc.hi[:, None] + 1e-9), h
+    assert largest > (0.5 if which == "random" else 1e-3)
