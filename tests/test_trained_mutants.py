@@ -623,3 +623,24 @@ def test_each_heads_plain_enclosure_holds_its_real_output_for_every_free_assignm
         largest = max(largest, float(lam.max()))
         assert np.all(enc.lo[:, None] - 1e-9 <= real) and np.all(real <= enc.hi[:, None] + 1e-9), h
     assert largest > (0.5 if which == "random" else 1e-3)
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"positional": "none"}, "covers causal models with learned positions and no Hard-ALiBi windows"),
+    ({"attn_windows": [3, None]}, "covers causal models with learned positions and no Hard-ALiBi windows"),
+    ({"causal": False}, "covers causal models with learned positions and no Hard-ALiBi windows"),
+    ({"attn_scale": 0.0}, "attn_scale must be positive, got 0.0"),
+    ({"attn_scale": -2.0}, "attn_scale must be positive, got -2.0"),
+    ({"n_layers": 2}, "covers 1-layer models; this one has 2"),
+])
+def test_models_outside_the_covered_shape_are_refused(change, message):
+    """Each shape the argument does not cover (no positions, windows that hide keys, keys after the
+    query, a zero or negative score divisor, a second layer) is refused, one at a time."""
+    from lengthgen.model import Transformer, TransformerConfig
+    from lengthgen.proof.trained_tables import OneLayer
+    from lengthgen.proof.weights import StructureError
+
+    base = dict(d_vocab=len(ADDITION.vocab), d_model=8, n_heads=2, d_head=4, d_mlp=8, n_ctx=12, normalization="LN")
+    with pytest.raises(StructureError, match=message):
+        OneLayer.from_model(Transformer(TransformerConfig(**{**base, **change})))
+    OneLayer.from_model(Transformer(TransformerConfig(**base)))  # the same model without the change is covered
