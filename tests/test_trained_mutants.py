@@ -644,3 +644,41 @@ def test_models_outside_the_covered_shape_are_refused(change, message):
     with pytest.raises(StructureError, match=message):
         OneLayer.from_model(Transformer(TransformerConfig(**{**base, **change})))
     OneLayer.from_model(Transformer(TransformerConfig(**base)))  # the same model without the change is covered
+
+
+def test_refining_tells_apart_configurations_whose_digit_codes_could_run_together():
+    """Significance by significance (a ≤ b): (9, 9) then (0, 0) is not (0, 8) then (0, 1), although
+    a code that gave a digit pair more than 100 values would add them up alike."""
+    lay = layout(4)
+    parent = PositionResult(0, (1, 2), 1, 0, Fraction(0), [(np.array([0, 0]), np.array([8, 1]), 0)])
+    a, b, carry = np.array([[9, 0], [0, 0]]), np.array([[9, 0], [8, 1]]), np.array([0, 0])
+    assert refining(parent, 1, 2, a, b, carry).tolist() == [False, True]
+
+
+def test_an_unknown_tail_is_refused_by_name():
+    from lengthgen.proof.trained import PositionCertifier
+
+    with pytest.raises(ValueError, match=r"^tail must be one of interval, both, affine, not 'plain'$"):
+        PositionCertifier(None, None, layout(1), tail="plain")
+
+
+def test_free_values_in_a_plane_keep_each_axis_half_range():
+    """Free values on a 3 × 5 grid in a plane of R^4 (spacings 1 and 0.25 along orthogonal unit
+    vectors): two generators whose lengths are the half-ranges 1 and 0.5, each axis on its own."""
+    u = np.array([1.0, 1.0, 0.0, 0.0]) / np.sqrt(2.0)
+    v = np.array([0.0, 0.0, 3.0, 4.0]) / 5.0
+    pts = np.zeros((15, 1, 4))
+    for k, (i, j) in enumerate((i, j) for i in range(3) for j in range(5)):
+        pts[k, 0] = np.array([2.0, -1.0, 0.5, 1.0]) + i * 1.0 * u + j * 0.25 * v
+    fv = free_values(Iv.exact(pts), [(np.arange(15), 0)], np.eye(4))
+    assert fv["gens"].shape[0] == 2
+    assert sorted(np.linalg.norm(fv["gens"], axis=1)) == pytest.approx([0.5, 1.0], rel=1e-12)
+    assert np.all(fv["centre"].hi - fv["centre"].lo < 1e-12)
+
+
+def test_the_leading_digit_outside_the_window_is_uniform_on_1_to_9():
+    """As lengthgen.evaluate samples N-digit operands: each of 1-9 about 1/9 of the time."""
+    rng = np.random.default_rng(11)
+    lead = [realize(layout(3), 0, np.array([5]), np.array([7]), 0, rng)[0][0] for _ in range(30000)]
+    share = {d: lead.count(str(d)) / len(lead) for d in range(10)}
+    assert share[0] == 0 and all(abs(share[d] - 1 / 9) < 0.0075 for d in range(1, 10)), share
