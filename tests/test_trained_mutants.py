@@ -649,7 +649,6 @@ def test_models_outside_the_covered_shape_are_refused(change, message):
 def test_refining_tells_apart_configurations_whose_digit_codes_could_run_together():
     """Significance by significance (a ≤ b): (9, 9) then (0, 0) is not (0, 8) then (0, 1), although
     a code that gave a digit pair more than 100 values would add them up alike."""
-    lay = layout(4)
     parent = PositionResult(0, (1, 2), 1, 0, Fraction(0), [(np.array([0, 0]), np.array([8, 1]), 0)])
     a, b, carry = np.array([[9, 0], [0, 0]]), np.array([[9, 0], [8, 1]]), np.array([0, 0])
     assert refining(parent, 1, 2, a, b, carry).tolist() == [False, True]
