@@ -681,3 +681,23 @@ def test_the_leading_digit_outside_the_window_is_uniform_on_1_to_9():
     lead = [realize(layout(3), 0, np.array([5]), np.array([7]), 0, rng)[0][0] for _ in range(30000)]
     share = {d: lead.count(str(d)) / len(lead) for d in range(10)}
     assert share[0] == 0 and all(abs(share[d] - 1 / 9) < 0.0075 for d in range(1, 10)), share
+
+
+def test_the_attention_form_is_never_wider_than_the_plain_pass():
+    """Per coordinate, the form's radius is at most the distance from its centre to the ends of the
+    plain pass's enclosure of the same residual (both enclose it; the narrower one is kept)."""
+    from lengthgen.proof.trained import PositionCertifier
+    from lengthgen.proof.trained_affine import attention_form
+    from lengthgen.proof.trained_tables import OneLayer, Tables
+    from lengthgen.runs import load_checkpoint
+
+    model, _, _ = load_checkpoint("checkpoints/addition_coupled_1l2h_packed", 2)
+    w = OneLayer.from_model(model)
+    cert = PositionCertifier(w, Tables.build(w), layout(2), max_width=1, tail="affine")
+    p = cert.inputs(3)
+    resid = cert.t.resid[:, p.qid][p.query_tok]
+    x = attention_form(cert, p.heads, p.slots, p.query_tok, resid)
+    plain = resid + w.b_O
+    for k in p.heads:
+        plain = plain + cert._head(k, p.slots, p.query_tok)[0]
+    assert np.all(x.radius() <= np.maximum(plain.hi - x.c, x.c - plain.lo) * (1 + 1e-15))
