@@ -190,20 +190,23 @@ def test_refining_refuses_a_window_that_does_not_contain_the_parent():
         refining(parent, 1, 2, a, b, carry)
 
 
-@pytest.mark.parametrize("scale", [1.0, 1e-6])
-def test_free_values_on_a_segment_keep_one_axis_and_no_box(scale):
+@pytest.mark.parametrize("scale,second", [(1.0, "high"), (1e-6, "high"), (1.0, "low")])
+def test_free_values_on_a_segment_keep_one_axis_and_no_box(scale, second):
     """Free value vectors on a segment away from the origin, long or very short: the enclosure is the
     segment itself (one generator of half its length, a centre of width ~0 at its midpoint) and
     every vector is inside it; a basis from uncentred points, of the wrong rank or that drops a
-    short axis would add a generator or a box."""
+    short axis would add a generator or a box. ``second``: where the second free key's values lie
+    (their mean above or below the segment's midpoint, so that the midpoint lies on either side of
+    the mean whichever way the axis points)."""
     start, step = np.array([3.0, -1.0, 2.0]) * scale, np.array([0.5, 0.25, -0.125]) * scale
     pts = np.zeros((10, 4, 3))
     for tok in range(10):
         for pid in range(4):
             pts[tok, pid] = start + (tok + pid) * step
     W_O = np.eye(3)
-    fv = free_values(Iv.exact(pts), [(np.arange(10), 1), (np.arange(3, 7), 3)], W_O)
-    lo_t, hi_t = 1, 10  # the values' t = tok + pid range over [1, 10] (ID 1) and [6, 9] (ID 3)
+    other = (np.arange(3, 7), 3) if second == "high" else (np.arange(1, 5), 0)
+    fv = free_values(Iv.exact(pts), [(np.arange(10), 1), other], W_O)
+    lo_t, hi_t = 1, 10  # t = tok + pid over [1, 10] (ID 1), and [6, 9] (ID 3) or [1, 4] (ID 0)
     assert fv["gens"].shape[0] == 1
     g = fv["gens"][0]
     assert np.allclose(np.abs(g), np.abs(step) * (hi_t - lo_t) / 2, rtol=1e-12, atol=0)
