@@ -152,7 +152,7 @@ MULTIPLICATION_CHAIN_TESTS = (
 # construction through the generic path, the command line): about 15 s in all
 TRAINED_TESTS = (
     "tests/test_proof_layers.py", "tests/test_affine_tail.py", "tests/test_trained_attention_form.py",
-    "tests/test_trained_mutants.py",
+    "tests/test_trained_mutants.py", "tests/test_trained_enclosures.py",
     *(f"tests/test_certify_trained.py::test_{t}" for t in (
         "near_ties_within_the_decision_margin_are_not_proven", "affine_tail_encloses_forward_passes_with_pessimal_keys",
         "planted_defect_is_found_with_a_real_counterexample", "construction_proven_exact_through_the_generic_path",
