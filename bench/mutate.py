@@ -97,7 +97,7 @@ ADDITION_TESTS = (
 RASP_TESTS = ("tests/test_rasp_weights_heads.py", "tests/test_rasp_weights_api.py", "tests/test_rasp_weights_mlp.py",
               "tests/test_rasp_weights_precision.py", "tests/test_rasp_weights_limits.py",
               "tests/test_rasp_weights_compiler.py", "tests/test_rasp_weights_programs.py",
-              "tests/test_rasp_weights_graph.py", "tests/test_rasp_weights_affine.py",
+              "tests/test_rasp_weights_graph.py", "tests/test_rasp_weights_affine.py", "tests/test_rasp_weights_maxmin.py",
               "tests/test_rasp_weights_strides.py",
               "tests/test_rasp_weights_scale.py::test_an_int_and_an_equal_float_select_each_other")
 
