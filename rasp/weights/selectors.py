@@ -21,6 +21,7 @@ from rasp.core import (Aggregate, Comparison, Select, Selector, SelectorAnd, Sel
 from rasp.tracr_ops import ConstantSelector
 from rasp.weights.values import CompileError
 
+
 @dataclass(eq=False)
 class Atom:
     """One additive term of a selector's attention score.
