@@ -84,7 +84,8 @@ def greedy_generate(
     output as wrong) or after ``max_new_tokens`` (default ``len(new_pos_ids) + 1``).
     """
     rows = (_as_tensor(x, model.device) for x in (prompt, prompt_pos_ids, new_pos_ids))
-    return greedy_generate_batch(model, *rows, max_new_tokens, stop_token, progress, margin, static_cache, cuda_graph)[0]
+    return greedy_generate_batch(model, *rows, max_new_tokens, stop_token, progress, margin, static_cache,
+                                 cuda_graph)[0]
 
 
 @torch.inference_mode()
@@ -140,7 +141,8 @@ def greedy_generate_batch(
         capacity = length + min(max_new_tokens - 1, new_pos_ids.shape[1])
         stepper = _StaticStepper(model, StaticKVCache(cache, capacity), batch, margin)
         use_graph = device.type == "cuda" if cuda_graph is None else cuda_graph
-        step_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = stepper.graph_step if use_graph else stepper.step
+        step_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = (
+            stepper.graph_step if use_graph else stepper.step)
         check_every = STOP_CHECK_EVERY
     else:
         def step_fn(fed: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:

@@ -197,7 +197,8 @@ class Attention(nn.Module):
     def _project(self, x: torch.Tensor, W: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return torch.einsum("bpd,hde->bhpe", x, W) + b[None, :, None, :]
 
-    def forward(self, x_q: torch.Tensor, x_kv: torch.Tensor, cache: "KVCache | StaticKVCache | None", layer: int) -> torch.Tensor:
+    def forward(self, x_q: torch.Tensor, x_kv: torch.Tensor, cache: KVCache | StaticKVCache | None,
+                layer: int) -> torch.Tensor:
         """``x_q`` holds the residual at the query positions (the last ones of ``x_kv``); with a
         ``cache``, the keys/values of earlier positions are read from it and the new ones added."""
         q = _head_hook(self.hook_q, self._project(x_q, self.W_Q, self.b_Q))
