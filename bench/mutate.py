@@ -174,6 +174,7 @@ PARTS = {
         ("src/lengthgen/decode.py", "src/lengthgen/kv_cache.py"),
         (
             "tests/test_decode_mutants.py",
+            "tests/test_decode_decided.py",
             "tests/test_static_decoding.py",
             "tests/test_model.py::test_kv_cache_decoding_equals_full_forward",
             "tests/test_model.py::test_greedy_generate_is_argmax_of_full_forward",

@@ -4,6 +4,8 @@ for two small tables chosen by hand, so every generated sequence below is worked
 the tables, not read off the code."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pytest
 import torch
@@ -18,11 +20,14 @@ V = 5  # tokens 0..4
 SPECIAL = 9  # the position ID at which token 0 wins whatever was fed
 
 
-def table_model() -> Transformer:
+def table_model(layers: int = 0) -> Transformer:
     """Logits ``A[t] + B[p]``: after token t the next is (t + 1) mod 5 by a margin of 1, except at
     position ID 9, where token 0 gets +2 (and so wins by 1), and at position ID 7, where token 4 gets
-    +1: there it ties with the table's choice (undecided) unless that choice is 4 itself."""
-    m = Transformer(TransformerConfig(d_vocab=V, d_model=2 * V, n_layers=0, n_ctx=16, dtype="float64"))
+    +1: there it ties with the table's choice (undecided) unless that choice is 4 itself.
+    ``layers=1`` adds a block whose weights are all zero (it adds nothing to the residual stream),
+    so that decoding has keys and values to cache."""
+    m = Transformer(TransformerConfig(d_vocab=V, d_model=2 * V, n_layers=layers, n_heads=1, d_head=2, d_mlp=4,
+                                      n_ctx=16, dtype="float64"))
     A = torch.zeros(V, V, dtype=torch.float64)
     for t in range(V):
         A[t, (t + 1) % V] = 1.0
@@ -41,84 +46,98 @@ def table_model() -> Transformer:
     return m.eval()
 
 
+@dataclass
+class Decoder:
+    """The table model and the decoding functions, on one of decoding's paths (a growing cache, or
+    the fixed-size cache that CUDA graphs replay, which needs a layer)."""
+
+    model: Transformer
+    static_cache: bool
+
+    def greedy(self, *args, **kwargs) -> list[int]:
+        return greedy_generate(self.model, *args, static_cache=self.static_cache, **kwargs)
+
+    def batch(self, *args, **kwargs) -> list[list[int]]:
+        return greedy_generate_batch(self.model, *args, static_cache=self.static_cache, **kwargs)
+
+
+@pytest.fixture(params=["growing cache", "static cache"])
+def table(request: pytest.FixtureRequest) -> Decoder:
+    static = request.param == "static cache"
+    return Decoder(table_model(layers=int(static)), static)
+
+
 def test_the_table_model_gives_the_hand_worked_logits() -> None:
     m = table_model()
     logits = m(torch.tensor([[2, 0]]), torch.tensor([[SPECIAL, 7]]))[0]
     assert logits.tolist() == [[2.0, 0, 0, 1, 0], [0, 1, 0, 0, 1]]
 
 
-def test_generated_tokens_are_fed_back_at_the_given_position_ids() -> None:
+def test_generated_tokens_are_fed_back_at_the_given_position_ids(table: Decoder) -> None:
     """Prompt [1] at ID 0 predicts 2; 2 fed at ID 3 predicts 3; 3 fed at ID 9 predicts 0 (B wins);
     0 fed at ID 4 predicts 1; 1 fed at ID 5 predicts 2."""
-    m = table_model()
-    assert greedy_generate(m, [1], [0], new_pos_ids=[3, SPECIAL, 4, 5]) == [2, 3, 0, 1, 2]
-    assert greedy_generate(m, [1], [0], new_pos_ids=[3, SPECIAL, 4, 5], max_new_tokens=3) == [2, 3, 0]
-    assert greedy_generate(m, [1], [0], new_pos_ids=[3, SPECIAL, 4, 5], max_new_tokens=1) == [2]
+    assert table.greedy([1], [0], new_pos_ids=[3, SPECIAL, 4, 5]) == [2, 3, 0, 1, 2]
+    assert table.greedy([1], [0], new_pos_ids=[3, SPECIAL, 4, 5], max_new_tokens=3) == [2, 3, 0]
+    assert table.greedy([1], [0], new_pos_ids=[3, SPECIAL, 4, 5], max_new_tokens=1) == [2]
     # the prompt's own position IDs count: the last prompt token sits at ID 9, so 0 comes first
-    assert greedy_generate(m, [1, 1], [0, SPECIAL], new_pos_ids=[1, 2]) == [0, 1, 2]
+    assert table.greedy([1, 1], [0, SPECIAL], new_pos_ids=[1, 2]) == [0, 1, 2]
     # no prompt IDs: 0..T-1, so the last of 10 prompt tokens sits at ID 9
-    assert greedy_generate(m, [1] * 10, new_pos_ids=[1]) == [0, 1]
+    assert table.greedy([1] * 10, new_pos_ids=[1]) == [0, 1]
 
 
-def test_default_new_position_ids_follow_the_prompt() -> None:
+def test_default_new_position_ids_follow_the_prompt(table: Decoder) -> None:
     """Prompt of 7 tokens at IDs 0..6, then IDs 7, 8, 9, ...: 3 (prompt end) -> 4; 4 fed at ID 7 -> 0
     ties with 4 (A gives 1 to token 0, B[7] gives 1 to token 4): undecided, the row ends."""
-    m = table_model()
-    assert greedy_generate(m, [0, 0, 0, 0, 0, 0, 3], max_new_tokens=5) == [4, UNDECIDED]
+    assert table.greedy([0, 0, 0, 0, 0, 0, 3], max_new_tokens=5) == [4, UNDECIDED]
     # 8 tokens at 0..7: 2 at ID 7 -> 3 + B[7]: tokens 3 and 4 both 1: undecided at once
-    assert greedy_generate(m, [0] * 7 + [2], max_new_tokens=5) == [UNDECIDED]
+    assert table.greedy([0] * 7 + [2], max_new_tokens=5) == [UNDECIDED]
     # 3 tokens at 0..2: 1 -> 2 (ID 2), 2 at ID 3 -> 3, 3 at 4 -> 4, 4 at 5 -> 0, 0 at 6 -> 1
-    assert greedy_generate(m, [0, 0, 1], max_new_tokens=5) == [2, 3, 4, 0, 1]
+    assert table.greedy([0, 0, 1], max_new_tokens=5) == [2, 3, 4, 0, 1]
     # 6 tokens at 0..5: 0 -> 1, 1 at 6 -> 2, 2 at 7 -> undecided (3 and 4 tie)
-    assert greedy_generate(m, [0] * 6, max_new_tokens=5) == [1, 2, UNDECIDED]
+    assert table.greedy([0] * 6, max_new_tokens=5) == [1, 2, UNDECIDED]
     # 8 tokens at 0..7 ending in 3: 3 -> 4 (A and B[7] agree); 4 at 8 -> 0; 0 at 9 -> 0 (B[9]); 0 at 10 -> 1
-    assert greedy_generate(m, [0] * 7 + [3], max_new_tokens=4) == [4, 0, 0, 1]
+    assert table.greedy([0] * 7 + [3], max_new_tokens=4) == [4, 0, 0, 1]
 
 
-def test_stop_token_ends_a_row_and_is_kept() -> None:
-    m = table_model()
-    assert greedy_generate(m, [1], [0], new_pos_ids=[1, 2, 3, 4, 5], stop_token=4) == [2, 3, 4]
-    assert greedy_generate(m, [1], [0], new_pos_ids=[1, 2, 3, 4, 5], stop_token=2) == [2]
-    assert greedy_generate(m, [1], [0], new_pos_ids=[1, 2, 3], stop_token=0) == [2, 3, 4, 0]
+def test_stop_token_ends_a_row_and_is_kept(table: Decoder) -> None:
+    assert table.greedy([1], [0], new_pos_ids=[1, 2, 3, 4, 5], stop_token=4) == [2, 3, 4]
+    assert table.greedy([1], [0], new_pos_ids=[1, 2, 3, 4, 5], stop_token=2) == [2]
+    assert table.greedy([1], [0], new_pos_ids=[1, 2, 3], stop_token=0) == [2, 3, 4, 0]
 
 
-def test_a_batch_row_ends_alone_and_the_others_go_on() -> None:
+def test_a_batch_row_ends_alone_and_the_others_go_on(table: Decoder) -> None:
     """Row 0 stops at 4 after two steps, row 1 is undecided at the second step (fed 2 at ID 7), row 2
     runs to the end; ended rows are still fed (an undecided one as token 0) and their later tokens dropped."""
-    m = table_model()
     prompts = torch.tensor([[2], [1], [0]])
     ids = torch.tensor([[1, 2, 3], [7, 1, 2], [1, 2, 3]])
-    rows = greedy_generate_batch(m, prompts, torch.zeros(3, 1, dtype=torch.long), ids, stop_token=4)
+    rows = table.batch(prompts, torch.zeros(3, 1, dtype=torch.long), ids, stop_token=4)
     assert rows == [[3, 4], [2, UNDECIDED], [1, 2, 3, 4]]
-    rows = greedy_generate_batch(m, prompts, None, ids)
+    rows = table.batch(prompts, None, ids)
     assert rows == [[3, 4, 0, 1], [2, UNDECIDED], [1, 2, 3, 4]]
 
 
-def test_prompts_of_any_integer_type_and_the_margin_are_passed_on() -> None:
+def test_prompts_of_any_integer_type_and_the_margin_are_passed_on(table: Decoder) -> None:
     """A uint8 prompt (the tasks' digit arrays) is read as token IDs, not as a mask; every win in the
     table is by 1, so a margin of 1.5 leaves the first step undecided and one of 0.5 changes nothing."""
-    m = table_model()
     ids = [3, SPECIAL, 4]
-    assert greedy_generate(m, np.array([1], dtype=np.uint8), np.array([0], dtype=np.uint8), new_pos_ids=ids) == [2, 3, 0, 1]
-    assert greedy_generate(m, (1.0,), [0], new_pos_ids=ids) == [2, 3, 0, 1]
-    assert greedy_generate(m, [1], [0], new_pos_ids=ids, margin=1.5) == [UNDECIDED]
-    assert greedy_generate(m, [1], [0], new_pos_ids=ids, margin=0.5) == [2, 3, 0, 1]
+    assert table.greedy(np.array([1], dtype=np.uint8), np.array([0], dtype=np.uint8), new_pos_ids=ids) == [2, 3, 0, 1]
+    assert table.greedy((1.0,), [0], new_pos_ids=ids) == [2, 3, 0, 1]
+    assert table.greedy([1], [0], new_pos_ids=ids, margin=1.5) == [UNDECIDED]
+    assert table.greedy([1], [0], new_pos_ids=ids, margin=0.5) == [2, 3, 0, 1]
 
 
-def test_missing_lengths_and_position_ids_are_refused() -> None:
-    m = table_model()
+def test_missing_lengths_and_position_ids_are_refused(table: Decoder) -> None:
     with pytest.raises(ValueError, match="max_new_tokens or new_pos_ids"):
-        greedy_generate(m, [1])
+        table.greedy([1])
     with pytest.raises(ValueError, match="no position ID given for generated token 2"):
-        greedy_generate(m, [1], [0], new_pos_ids=[1], max_new_tokens=3)
-    assert greedy_generate(m, [1], [0], new_pos_ids=[1], max_new_tokens=2) == [2, 3]
+        table.greedy([1], [0], new_pos_ids=[1], max_new_tokens=3)
+    assert table.greedy([1], [0], new_pos_ids=[1], max_new_tokens=2) == [2, 3]
 
 
-def test_progress_bar_reports_to_stderr(capsys: pytest.CaptureFixture) -> None:
-    m = table_model()
-    assert greedy_generate(m, [1], [0], new_pos_ids=[1, 2]) == [2, 3, 4]
+def test_progress_bar_reports_to_stderr(table: Decoder, capsys: pytest.CaptureFixture) -> None:
+    assert table.greedy([1], [0], new_pos_ids=[1, 2]) == [2, 3, 4]
     assert capsys.readouterr().err == ""  # no bar unless asked for
-    assert greedy_generate(m, [1], [0], new_pos_ids=[1, 2], progress=True) == [2, 3, 4]
+    assert table.greedy([1], [0], new_pos_ids=[1, 2], progress=True) == [2, 3, 4]
     assert "greedy decoding" in capsys.readouterr().err
 
 

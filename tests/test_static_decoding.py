@@ -3,12 +3,13 @@ growing cache gives, which the full forward pass pins (tests/test_model.py)."""
 from __future__ import annotations
 
 import random
+import warnings
 
 import pytest
 import torch
 
 from lengthgen.attention import visibility_mask
-from lengthgen.decode import STOP_CHECK_EVERY, UNDECIDED, decided_argmax, greedy_generate_batch
+from lengthgen.decode import STOP_CHECK_EVERY, UNDECIDED, decided_argmax, greedy_generate, greedy_generate_batch
 from lengthgen.kv_cache import KVCache, StaticKVCache
 from lengthgen.model import Transformer, TransformerConfig
 
@@ -106,7 +107,7 @@ def test_static_cache_masks_what_is_not_written_and_the_window() -> None:
     k = torch.randn(1, 2, 4, 3, dtype=torch.float64)
     cache.append(0, k, k + 1)
     static = StaticKVCache(cache, capacity=10)
-    assert int(static.filled) == 4
+    assert int(static.filled) == 4 and static.capacity == 10 and static.filled.dtype == torch.long
     for window in (None, 1, 2, 5):
         assert torch.equal(static.visible(window), visibility_mask(4, 5, 0, 10, window, None))
     assert static._k[0][:, :, 4:].abs().sum() == 0 and static._v[0][:, :, 4:].abs().sum() == 0
@@ -116,10 +117,13 @@ def test_static_cache_masks_what_is_not_written_and_the_window() -> None:
     assert keys[:, :, 5:].abs().sum() == 0
     static.advance()
     assert int(static.filled) == 5 and static.visible(2)[0].tolist() == [False] * 4 + [True, True] + [False] * 4
-    with pytest.raises(ValueError, match="one position per step"):
+    with pytest.raises(ValueError, match="one position per step, not 4$"):
         static.append(0, k, k)
     with pytest.raises(ValueError, match="below the 4 positions"):
         StaticKVCache(cache, capacity=3)
+    assert int(StaticKVCache(cache, capacity=4).filled) == 4  # room for no step: allowed
+    with pytest.raises(ValueError, match="starts from a filled KVCache"):
+        StaticKVCache(KVCache(), capacity=4)
     with pytest.raises(ValueError, match="give the position IDs"):
         static.length
 
@@ -141,7 +145,9 @@ def test_cuda_graph_steps_equal_full_forward_greedy(overrides: dict) -> None:
     m = random_model(**overrides)
     prompts = torch.randint(0, 11, (3, 5), generator=torch.Generator().manual_seed(5))
     expected = [full_forward_greedy(m, prompt, 40) for prompt in prompts.tolist()]
-    assert greedy_generate_batch(m.cuda(), prompts, max_new_tokens=40, cuda_graph=True) == expected
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a step that could not be recorded warns and goes on eagerly
+        assert greedy_generate_batch(m.cuda(), prompts, max_new_tokens=40, cuda_graph=True) == expected
 
 
 def test_static_steps_stay_on_the_masked_dense_path_beyond_the_dense_limit(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -154,3 +160,79 @@ def test_static_steps_stay_on_the_masked_dense_path_beyond_the_dense_limit(monke
     expected = greedy_generate_batch(m, prompts, max_new_tokens=20, static_cache=False)
     monkeypatch.setattr(model_module, "DENSE_ENTRIES_LIMIT", 4)
     assert greedy_generate_batch(m, prompts, max_new_tokens=20, static_cache=True) == expected
+
+
+def static_caches_built(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Records the capacity of every StaticKVCache that decoding builds from now on."""
+    import lengthgen.decode as decode
+
+    built: list[int] = []
+
+    class Recorded(StaticKVCache):
+        def __init__(self, cache: KVCache, capacity: int) -> None:
+            built.append(capacity)
+            super().__init__(cache, capacity)
+
+    monkeypatch.setattr(decode, "StaticKVCache", Recorded)
+    return built
+
+
+def test_which_models_and_ids_take_the_static_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The static path skips the per-step ID checks, so it is taken only where every fed token and
+    position ID is in range (and no hook would miss the steps of a recorded graph): a model with one
+    layer or two, position IDs from 0, NoPE with IDs beyond its table; not with more output classes
+    than input tokens, out-of-range IDs, a hook, no layer, or the CPU default."""
+    built = static_caches_built(monkeypatch)
+    prompt = torch.tensor([[1, 2, 3]])
+
+    def path(m: Transformer, **kwargs) -> str:
+        before = len(built)
+        greedy_generate_batch(m, prompt, **{"max_new_tokens": 4, "static_cache": True, **kwargs})
+        return "static" if len(built) > before else "growing"
+
+    assert path(random_model(n_layers=1)) == "static" and built[-1] == 3 + 3
+    assert path(random_model(n_layers=2), new_pos_ids=torch.tensor([[0, 0, 63]])) == "static" and built[-1] == 3 + 3
+    assert path(random_model(positional="none", n_ctx=4), max_new_tokens=9) == "static"
+    # IDs out of the table that no step reaches (2 tokens use one fed ID): checked, never used
+    assert path(random_model(), new_pos_ids=torch.tensor([[3, -1]]), max_new_tokens=2) == "growing"
+    assert path(random_model(), new_pos_ids=torch.tensor([[3, 64]]), max_new_tokens=2) == "growing"
+    assert path(random_model(), new_pos_ids=torch.tensor([[3, 63]]), max_new_tokens=2) == "static"
+    assert path(random_model(), static_cache=None) == "growing"  # the CPU's default
+    assert path(random_model(d_vocab_out=12)) == "growing"
+    assert path(Transformer(TransformerConfig(d_vocab=5, d_model=2, n_layers=0, n_ctx=8))) == "growing"
+    m = random_model()
+    m.add_hook("blocks.1.mlp.hook_post", lambda x, hook: x)
+    assert path(m) == "growing"
+    assert greedy_generate(random_model(), [1, 2, 3], max_new_tokens=4, static_cache=True) and built[-1] == 6
+
+
+def test_more_output_classes_than_tokens_are_checked_when_fed_back() -> None:
+    """An output class that is no input token is refused when fed back, on either path, never
+    looked up out of the embedding's range."""
+    m = random_model(d_vocab_out=12)
+    with torch.no_grad():
+        m.unembed.b_U[11] = 1e6  # token 11 always wins
+    for static in (False, True):
+        with pytest.raises(ValueError, match="token id out of range"):
+            greedy_generate_batch(m, torch.tensor([[1, 2]]), max_new_tokens=3, static_cache=static)
+
+
+def test_the_margin_reaches_the_static_steps() -> None:
+    """Every margin gives the same rows on both paths; some margin ends a row at an undecided step
+    after the first generated token (so the steps' own decisions are compared)."""
+    m = random_model(seed=2, attn_windows=[3, None])
+    prompts = torch.randint(0, 11, (4, 5), generator=torch.Generator().manual_seed(8))
+    late_undecided = False
+    for margin in (0.0, 0.3, 1.0):  # at 1.0 a row ends undecided at its 9th token
+        plain = greedy_generate_batch(m, prompts, max_new_tokens=12, margin=margin, static_cache=False)
+        assert greedy_generate_batch(m, prompts, max_new_tokens=12, margin=margin, static_cache=True) == plain
+        late_undecided |= any(row[-1] == UNDECIDED and len(row) > 1 for row in plain)
+    assert late_undecided
+
+
+def test_a_growing_cache_grows_past_its_first_buffer() -> None:
+    """A one-token prompt (a first buffer of 16 positions) with a head dimension of 32, decoded for
+    40 steps: the buffer must grow whenever the positions outrun it."""
+    m = random_model(d_head=32, n_ctx=64)
+    prompt = [4]
+    assert greedy_generate(m, prompt, max_new_tokens=40, static_cache=False) == full_forward_greedy(m, prompt, 40)
