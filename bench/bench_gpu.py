@@ -3,6 +3,7 @@
     python bench/bench_gpu.py env        --out bench/results/gpu
     python bench/bench_gpu.py addition   --out bench/results/gpu   # 10^5 / 10^6 digits, teacher + greedy
     python bench/bench_gpu.py attention  --out bench/results/gpu   # long path vs torch SDPA, same shapes
+    python bench/bench_gpu.py decode     --out bench/results/gpu   # greedy decoding paths side by side
     python bench/bench_gpu.py turing     --out bench/results/gpu   # compiled Turing-Program simulator
     python bench/bench_gpu.py precision  --out bench/results/gpu --tf32 off
     python bench/bench_gpu.py certify    --out bench/results/gpu   # lengthgen.certify, cuda vs cpu
@@ -150,15 +151,85 @@ def turing(args: argparse.Namespace) -> dict:
         sync()
         greedy_s = time.perf_counter() - t0
         rate = len(new) / greedy_s
+        growing = {}
+        if tokens == args.tokens[0]:  # the growing cache's rate beside it, on the first 2000 tokens
+            sync()
+            t0 = time.perf_counter()
+            old = greedy_generate(compiled.model, ids, max_new_tokens=min(budget, 2000), stop_token=vocab.EOS,
+                                  static_cache=False)
+            sync()
+            growing = {"growing_cache_tokens": len(old), "growing_cache_tokens_per_s": round(len(old) / (time.perf_counter() - t0), 1),
+                       "growing_cache_exact": old == ref[L + 2:L + 2 + len(old)]}
         row = {"digits": m, "trace_tokens": len(ref), "ngram": n, "device": args.device, "compile_s": round(compile_s, 2),
                "teacher_forced_s": round(teacher_s, 2), "teacher_forced_exact": teacher == ref[L + 2:],
                "greedy_tokens": len(new), "greedy_of": todo, "greedy_s": round(greedy_s, 2),
                "greedy_exact": new == ref[L + 2:L + 2 + len(new)], "tokens_per_s": round(rate, 1),
-               "s_per_token": round(greedy_s / max(1, len(new)), 5), **compiled.compiled.stats}
+               "s_per_token": round(greedy_s / max(1, len(new)), 5), **growing, **compiled.compiled.stats}
         print(json.dumps(row), flush=True)
         rows.append(row)
         write(args.out, "turing", {"rows": rows}, quiet=True)  # so far
     return {"rows": rows}
+
+
+DECODE_PATHS = {"growing cache": {"static_cache": False}, "static cache": {"static_cache": True, "cuda_graph": False},
+                "static cache + CUDA graph": {"static_cache": True, "cuda_graph": True}}
+
+
+def decode(args: argparse.Namespace) -> dict:
+    """Greedy decoding of the addition construction by each path of lengthgen.decode, side by side
+    in one process (the first call of a process also pays for CUDA's lazy set-up, so a warm-up
+    decode of 100 digits runs first); then the teacher pass twice in a row, which shows how much of
+    a single run's seconds is that set-up. Paths slower than ``--greedy-timeout`` s per size
+    (estimated from the previous size) are skipped."""
+    from constructions.addition.model import START_ID, build_model
+    from lengthgen.decode import greedy_generate_batch, teacher_forced_argmax
+    from lengthgen.tasks import ADDITION
+
+    def instance(n: int, dtype: str):
+        model, _ = build_model(n_digits=n, dtype=dtype, device=args.device)
+        rng = random.Random(n)
+        inst = ADDITION.instance(rng.randrange(10 ** (n - 1), 10**n), rng.randrange(10 ** (n - 1), 10**n), start=START_ID)
+        return model, inst
+
+    def greedy(model, inst, **path) -> list[int]:
+        p = inst.prompt_len
+        ids = torch.as_tensor(inst.pos_ids)
+        return greedy_generate_batch(model, torch.as_tensor(inst.tokens[:p])[None], ids[None, :p], ids[None, p:],
+                                     stop_token=ADDITION.EOS, **path)[0]
+
+    rows, per_step = [], {}
+    model, inst = instance(100, "float32")
+    for path in DECODE_PATHS.values():
+        greedy(model, inst, **path)  # warm-up
+    for n in args.digits:
+        model, inst = instance(n, "float32")
+        for name, path in DECODE_PATHS.items():
+            if name in per_step and per_step[name] * (n + 2) > args.greedy_timeout:
+                rows.append({"digits": n, "path": name, "skipped": f"about {per_step[name] * (n + 2):.0f} s"})
+                continue
+            sync()
+            start = time.perf_counter()
+            out = greedy(model, inst, **path)
+            sync()
+            seconds = time.perf_counter() - start
+            per_step[name] = seconds / (n + 2)
+            rows.append({"digits": n, "path": name, "exact": out == list(inst.answer_tokens), "seconds": round(seconds, 3),
+                         "ms_per_step": round(1e3 * seconds / (n + 2), 4)})
+            print(json.dumps(rows[-1]), flush=True)
+            write(args.out, "decode", {"device": args.device, "greedy": rows}, quiet=True)  # so far
+    teacher = []
+    for dtype in ("float32", "float64"):
+        model, inst = instance(args.teacher_digits, dtype)
+        for attempt in ("first", "second"):
+            sync()
+            start = time.perf_counter()
+            pred = teacher_forced_argmax(model, inst.tokens, inst.pos_ids, first=inst.prompt_len - 1)
+            sync()
+            teacher.append({"digits": args.teacher_digits, "dtype": dtype, "call": attempt,
+                            "exact": pred.tolist() == list(inst.answer_tokens), "seconds": round(time.perf_counter() - start, 3)})
+            print(json.dumps(teacher[-1]), flush=True)
+        del model
+    return {"device": args.device, "greedy": rows, "teacher_first_and_second_call": teacher}
 
 
 def precision(args: argparse.Namespace) -> dict:
@@ -211,7 +282,7 @@ def certify(args: argparse.Namespace) -> dict:
 def main() -> None:
     default_device = "cuda" if torch.cuda.is_available() else "cpu"
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("part", choices=["env", "addition", "attention", "turing", "precision", "certify"])
+    p.add_argument("part", choices=["env", "addition", "attention", "decode", "turing", "precision", "certify"])
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "gpu")
     p.add_argument("--device", default=default_device)
     p.add_argument("--digits", type=int, nargs="+", default=None)
@@ -228,9 +299,11 @@ def main() -> None:
     p.add_argument("--devices", nargs="+", default=["cpu", default_device])
     p.add_argument("--checkpoint", default="checkpoints/addition_coupled_1l2h_packed")
     p.add_argument("--samples", type=int, default=1000)
+    p.add_argument("--teacher-digits", type=int, default=100_000, help="decode: the teacher pass's operand length")
     args = p.parse_args()
     defaults = {"addition": {"digits": [100_000, 1_000_000], "dtypes": ["float32", "float64"]},
                 "attention": {"tokens": [300_015, 3_000_015]},
+                "decode": {"digits": [10_000, 100_000]},
                 "turing": {"tokens": [10_000, 100_000]},
                 "precision": {"dtypes": ["bfloat16", "float16", "float32", "float64"]},
                 "certify": {"digits": [2, 3]}}

@@ -3,7 +3,7 @@
 #
 #   bash bench/gpu_session.sh timing      # alone on the GPU: long operands, attention vs SDPA, Turing program
 #   bash bench/gpu_session.sh throughput  # test suite, precision map, certificate, paper-recipe training
-#   bash bench/gpu_session.sh leftovers   # what the first session's time limits cut (see the function)
+#   bash bench/gpu_session.sh leftovers   # what the first session's time limits cut, in one call (see the function)
 #
 # Results go to gpu_results/ (and are copied to $OUT when set). Every step has its own time limit,
 # so one slow step cannot take the others' results with it.
@@ -39,16 +39,26 @@ timing() {
     save timing
 }
 
-# what the first session's limits cut: the suite alone (names kept), 10^6 digits in both formats, 10^5
-# greedy steps, the 10^5-token Turing trace, the 3-digit certificate on CUDA (about 9 minutes in all)
+# what the first session's limits cut, in one call of under 10 minutes: the GPU tests, greedy
+# decoding's paths side by side (growing cache, static cache, CUDA graph) and the teacher pass
+# called twice, 10^5 digits greedy and 10^6 teacher through the CLI, the Turing program's traces,
+# then the whole suite in the time that is left (names kept: -v)
+DEADLINE=$(( $(date +%s) + ${BUDGET_S:-570} ))
+left() { local l=$(( DEADLINE - $(date +%s) )); (( l < $1 )) && echo $(( l > 5 ? l : 5 )) || echo "$1"; }
 leftovers() {
     $PY bench/bench_gpu.py env --out "$R"; save leftovers
-    log pytest; timeout 150 $PY -m pytest -n 14 -v -p no:cacheprovider $PYTEST_SELECT >"$R/pytest.log" 2>&1
+    log "pytest -m gpu"; timeout "$(left 75)" $PY -m pytest -m gpu -v -p no:cacheprovider >"$R/pytest_gpu.log" 2>&1
+    tail -n 3 "$R/pytest_gpu.log"; save leftovers
+    log decode; timeout "$(left 120)" $PY bench/bench_gpu.py decode --out "$R" --device $DEV --greedy-timeout 40 \
+        --digits $GREEDY_DIGITS; save leftovers
+    log addition; timeout "$(left 150)" $PY bench/bench_gpu.py addition --out "$R" --device $DEV --timeout 75 \
+        --greedy-timeout 60 --digits ${ADD_BIG:-1000000} --dtypes float32 --greedy-digits ${GREEDY_BIG:-100000}; save leftovers
+    log turing; timeout "$(left 110)" $PY bench/bench_gpu.py turing --out "$R" --device $DEV --greedy-seconds 40 \
+        --tokens $TM_TOKENS; save leftovers
+    log "pytest (whole suite)"; timeout "$(left 200)" $PY -m pytest -n 14 -v -p no:cacheprovider $PYTEST_SELECT \
+        >"$R/pytest.log" 2>&1
     grep -E "FAILED|ERROR" "$R/pytest.log" | head -n 20; tail -n 3 "$R/pytest.log"; save leftovers
-    log addition; timeout 420 $PY bench/bench_gpu.py addition --out "$R" --device $DEV --timeout 150 --greedy-timeout 250 \
-        --digits 1000000 --greedy-digits 100000; save leftovers
-    log turing; timeout 100 $PY bench/bench_gpu.py turing --out "$R" --device $DEV --greedy-seconds 30 --tokens 100000
-    save leftovers
+    log done
 }
 
 # ------------------------------------------------------------------ paper-recipe training

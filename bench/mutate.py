@@ -171,9 +171,11 @@ PARTS = {
         isolation="fork",
     ),
     "decode": Part(
-        ("src/lengthgen/decode.py",),
+        ("src/lengthgen/decode.py", "src/lengthgen/kv_cache.py"),
         (
             "tests/test_decode_mutants.py",
+            "tests/test_static_decoding.py",
+            "tests/test_model.py::test_kv_cache_decoding_equals_full_forward",
             "tests/test_model.py::test_greedy_generate_is_argmax_of_full_forward",
             "tests/test_model.py::test_decided_argmax_needs_a_margin",
             "tests/test_model.py::test_greedy_decoding_ends_at_an_undecided_step",

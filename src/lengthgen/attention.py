@@ -85,10 +85,15 @@ def causal_mask(
 
 def dense_scores(
     q: torch.Tensor, k: torch.Tensor, scale: float, window: int | None = None, causal: bool = True,
+    allowed: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``scale * q·k`` as a ``[B, H, Lq, Lk]`` matrix, ``-inf`` where a query may not look.
-    ``causal=False``: every query sees every key (no mask, no window)."""
+    ``causal=False``: every query sees every key (no mask, no window). ``allowed`` (boolean,
+    broadcast to ``[Lq, Lk]``) replaces the mask worked out from the shapes: a decoding step over
+    a fixed-size key buffer, only part of which is written (``StaticKVCache.visible``)."""
     scores = torch.matmul(q, k.transpose(-1, -2)) * scale
+    if allowed is not None:
+        return scores.masked_fill(~allowed, float("-inf"))
     if causal and (q.shape[-2] > 1 or window is not None):  # one query (a decoding step) sees every key
         allowed = causal_mask(q.shape[-2], k.shape[-2], window, q.device)
         scores = scores.masked_fill(~allowed, float("-inf"))

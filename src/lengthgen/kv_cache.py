@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["KVCache"]
+__all__ = ["KVCache", "StaticKVCache"]
 
 
 class KVCache:
@@ -38,3 +38,63 @@ class KVCache:
         self._v[layer][:, :, old:new] = v
         self._len[layer] = new
         return self._k[layer][:, :, :new], self._v[layer][:, :, :new]
+
+
+class StaticKVCache:
+    """Keys and values in buffers of a fixed ``capacity``, for decoding steps whose tensor shapes
+    never change (so a step can be recorded once as a CUDA graph and replayed).
+
+    It starts as a copy of a filled :class:`KVCache` (the prompt's keys and values). Each step
+    appends one position per layer at index :attr:`filled`, which lives on the device (an int64
+    scalar), so neither writing nor advancing it needs the host to read a value. Attention then
+    runs over all ``capacity`` keys with :meth:`visible` masking the ones not written yet.
+
+    The buffers are zero beyond the filled part: a masked key gets weight exactly 0, and 0 times a
+    zero value is 0, whereas 0 times uninitialised memory could be NaN."""
+
+    static = True
+
+    def __init__(self, cache: KVCache, capacity: int) -> None:
+        if not cache._k:
+            raise ValueError("a static cache starts from a filled KVCache (run the prompt through the model first)")
+        length = cache.length
+        if capacity < length:
+            raise ValueError(f"capacity {capacity} is below the {length} positions already cached")
+        self.capacity = capacity
+        self._k: list[torch.Tensor] = []
+        self._v: list[torch.Tensor] = []
+        for dynamic, static in ((cache._k, self._k), (cache._v, self._v)):
+            for buf in dynamic:
+                full = buf.new_zeros(*buf.shape[:2], capacity, buf.shape[3])
+                full[:, :, :length] = buf[:, :, :length]
+                static.append(full)
+        device = self._k[0].device
+        self.filled = torch.tensor(length, dtype=torch.long, device=device)
+        self._key_index = torch.arange(capacity, device=device)
+
+    @property
+    def length(self) -> int:
+        raise ValueError("a static cache keeps its length on the device; give the position IDs explicitly")
+
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write one position's ``k``/``v`` ``[B, H, 1, E]`` at index :attr:`filled`; return the
+        whole buffers (mask them with :meth:`visible`)."""
+        if k.shape[2] != 1:
+            raise ValueError(f"a static cache takes one position per step, not {k.shape[2]}")
+        at = self.filled.view(1)
+        self._k[layer].index_copy_(2, at, k)
+        self._v[layer].index_copy_(2, at, v)
+        return self._k[layer], self._v[layer]
+
+    def visible(self, window: int | None) -> torch.Tensor:
+        """Boolean ``[1, capacity]``: the keys the query at position :attr:`filled` may see: those
+        already written and itself (``j <= filled``), and under a Hard-ALiBi ``window`` only
+        ``j > filled - window`` (the rule of :func:`lengthgen.attention.visibility_mask`)."""
+        allowed = self._key_index <= self.filled
+        if window is not None:
+            allowed &= self._key_index > self.filled - window
+        return allowed.unsqueeze(0)
+
+    def advance(self) -> None:
+        """The step's position is written in every layer: the next step writes after it."""
+        self.filled += 1

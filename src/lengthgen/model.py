@@ -43,7 +43,7 @@ from torch import nn
 
 from .attention import dense_scores, long_attention
 from .hooks import HookedModule, HookPoint
-from .kv_cache import KVCache
+from .kv_cache import KVCache, StaticKVCache
 from .lens import LensMixin
 from .resources import require_memory
 
@@ -197,7 +197,8 @@ class Attention(nn.Module):
     def _project(self, x: torch.Tensor, W: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return torch.einsum("bpd,hde->bhpe", x, W) + b[None, :, None, :]
 
-    def forward(self, x_q: torch.Tensor, x_kv: torch.Tensor, cache: "KVCache | None", layer: int) -> torch.Tensor:
+    def forward(self, x_q: torch.Tensor, x_kv: torch.Tensor, cache: KVCache | StaticKVCache | None,
+                layer: int) -> torch.Tensor:
         """``x_q`` holds the residual at the query positions (the last ones of ``x_kv``); with a
         ``cache``, the keys/values of earlier positions are read from it and the new ones added."""
         q = _head_hook(self.hook_q, self._project(x_q, self.W_Q, self.b_Q))
@@ -206,8 +207,10 @@ class Attention(nn.Module):
         if cache is not None:
             k, v = cache.append(layer, k, v)
         groups = _window_groups(self.cfg.attn_windows or [None] * self.cfg.n_heads)
-        if q.shape[-2] * k.shape[-2] <= DENSE_ENTRIES_LIMIT:
-            pattern = self.hook_pattern(torch.softmax(self.hook_attn_scores(self._scores(q, k, groups)), dim=-1))
+        static = getattr(cache, "static", False)  # one query over a fixed-size buffer: O(capacity) scores
+        if static or q.shape[-2] * k.shape[-2] <= DENSE_ENTRIES_LIMIT:
+            scores = self._scores(q, k, groups, cache if static else None)
+            pattern = self.hook_pattern(torch.softmax(self.hook_attn_scores(scores), dim=-1))
             z = torch.matmul(pattern, v)
         else:
             for point in (self.hook_attn_scores, self.hook_pattern):
@@ -231,14 +234,20 @@ class Attention(nn.Module):
             return self.hook_result(torch.einsum("bhpe,hed->bphd", z, self.W_O)).sum(2) + self.b_O
         return torch.einsum("bhpe,hed->bpd", z, self.W_O) + self.b_O
 
-    def _scores(self, q: torch.Tensor, k: torch.Tensor, groups: list[tuple[list[int], int | None]]) -> torch.Tensor:
-        """Masked scores ``[B, H, Lq, Lk]`` of every head, each head with its own window."""
+    def _scores(self, q: torch.Tensor, k: torch.Tensor, groups: list[tuple[list[int], int | None]],
+                static: "StaticKVCache | None" = None) -> torch.Tensor:
+        """Masked scores ``[B, H, Lq, Lk]`` of every head, each head with its own window; with a
+        ``static`` cache, the mask is the cache's (which keys are written, and the window)."""
+
+        def head_scores(q: torch.Tensor, k: torch.Tensor, window: int | None) -> torch.Tensor:
+            allowed = None if static is None else static.visible(window if self.cfg.causal else None)
+            return dense_scores(q, k, self.cfg.score_scale, window, causal=self.cfg.causal, allowed=allowed)
+
         if len(groups) == 1:
-            return dense_scores(q, k, self.cfg.score_scale, groups[0][1], causal=self.cfg.causal)
+            return head_scores(q, k, groups[0][1])
         scores = q.new_empty(*q.shape[:-1], k.shape[-2])
         for heads, window in groups:
-            scores[:, heads] = dense_scores(q[:, heads], k[:, heads], self.cfg.score_scale, window,
-                                            causal=self.cfg.causal)
+            scores[:, heads] = head_scores(q[:, heads], k[:, heads], window)
         return scores
 
 
@@ -280,7 +289,7 @@ class Block(nn.Module):
             setattr(self, name, HookPoint())  # [batch, pos, d_model]
 
     def forward(
-        self, x: torch.Tensor, q_from: int = 0, cache: KVCache | None = None, layer: int = 0
+        self, x: torch.Tensor, q_from: int = 0, cache: KVCache | StaticKVCache | None = None, layer: int = 0
     ) -> torch.Tensor:
         """Pre-LN residual block; only positions ``q_from:`` are computed (the rest are keys);
         ``layer`` indexes ``cache``."""
@@ -323,15 +332,18 @@ class Transformer(LensMixin, HookedModule):
     def device(self) -> torch.device:
         return self.embed.W_E.device
 
-    def embed_input(self, tokens: torch.Tensor, pos_ids: torch.Tensor | None, start: int = 0) -> torch.Tensor:
-        if tokens.min() < 0 or tokens.max() >= self.cfg.d_vocab:
+    def embed_input(self, tokens: torch.Tensor, pos_ids: torch.Tensor | None, start: int = 0,
+                    check_ids: bool = True) -> torch.Tensor:
+        """Token plus position embeddings. ``check_ids=False`` skips the range checks of token and
+        position IDs (each reads a value back from the device); only for IDs checked beforehand."""
+        if check_ids and (tokens.min() < 0 or tokens.max() >= self.cfg.d_vocab):
             raise ValueError(f"token id out of range: ids must lie in [0, {self.cfg.d_vocab})")
         x = self.hook_embed(self.embed.W_E[tokens])
         if self.cfg.positional == "none":
             return x
         if pos_ids is None:
             pos_ids = torch.arange(start, start + tokens.shape[1], device=tokens.device).expand_as(tokens)
-        if pos_ids.min() < 0 or pos_ids.max() >= self.cfg.n_ctx:
+        if check_ids and (pos_ids.min() < 0 or pos_ids.max() >= self.cfg.n_ctx):
             raise ValueError(
                 f"position ID {int(pos_ids.max())} is outside the position table (IDs 0..{self.cfg.n_ctx - 1}); "
                 "use a model built with a larger n_ctx"
@@ -343,9 +355,10 @@ class Transformer(LensMixin, HookedModule):
         tokens: torch.Tensor,
         pos_ids: torch.Tensor | None = None,
         *,
-        cache: KVCache | None = None,
+        cache: KVCache | StaticKVCache | None = None,
         logits_from: int = 0,
         return_cache: bool = False,
+        check_ids: bool = True,
     ) -> torch.Tensor | tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Logits ``[batch, seq - logits_from, d_vocab_out]`` for ``tokens`` ``[batch, seq]``.
 
@@ -355,6 +368,7 @@ class Transformer(LensMixin, HookedModule):
         (logits are then returned only from that position on). ``return_cache=True`` also returns a
         dict of every hooked activation under TransformerLens hook names (``run_with_cache`` with
         a plain dict; the attention patterns need the dense path, i.e. short inputs).
+        ``check_ids=False`` skips the range checks of the IDs (:meth:`embed_input`).
         """
         if return_cache:
             return self.run_with_cache(tokens, pos_ids, cache=cache, logits_from=logits_from,
@@ -362,9 +376,9 @@ class Transformer(LensMixin, HookedModule):
         if tokens.dim() == 1:
             tokens = tokens.unsqueeze(0)
             pos_ids = None if pos_ids is None else pos_ids.reshape(1, -1)
-        past_len = 0 if cache is None else cache.length
+        past_len = 0 if cache is None or pos_ids is not None or self.cfg.positional == "none" else cache.length
         require_memory(self.cfg.activation_bytes(*tokens.shape), f"a forward pass over {tokens.numel()} tokens")
-        x = self.embed_input(tokens, pos_ids, start=past_len)
+        x = self.embed_input(tokens, pos_ids, start=past_len, check_ids=check_ids)
         for layer, block in enumerate(self.blocks):
             x = block(x, logits_from if layer == len(self.blocks) - 1 else 0, cache, layer)
         if not self.blocks:  # no layer to skip the earlier positions
