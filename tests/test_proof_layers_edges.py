@@ -174,11 +174,17 @@ def test_phi_stays_in_the_unit_interval_and_is_tight_at_and_past_8():
     assert np.all(chi - clo <= 1e-14) and np.all(plo >= 0) and np.all(phi <= 1e-14)
 
 
-def test_float32_points_just_below_a_grid_point():
+@pytest.mark.parametrize("kind", ["float32", "float64"])
+def test_points_just_below_a_grid_point(kind):
     """float32 points one float32 spacing below a grid point g of [−8, 0): v + 8 in float32
-    arithmetic would round up to g + 8, Taylor would then start above v."""
-    g = np.arange(-8.0, 0.0, STEP)[1::41].astype(np.float32)
-    v = np.nextafter(g, np.float32(-np.inf))
+    arithmetic would round up to g + 8, Taylor would then start above v; float64 points of (0, 8)
+    0.9·2^-50 below g, where v + 8 does round up to g + 8 (the grid point above v, δ clipped to 0)."""
+    if kind == "float32":
+        v = np.nextafter(np.arange(-8.0, 0.0, STEP)[1::41].astype(np.float32), np.float32(-np.inf))
+    else:
+        g = np.arange(STEP, 8.0, STEP)[::41]
+        v = g - 0.9 * 2.0**-50
+        assert np.all(v + 8 == g + 8) and np.all(v < g)
     (clo, chi), (plo, phi) = _point_cdf(v), point_pdf(v)
     with mpmath.workdps(40):
         assert between(clo, chi, [mpmath.ncdf(mpmath.mpf(float(x))) for x in v])
