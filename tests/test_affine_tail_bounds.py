@@ -254,3 +254,22 @@ def test_layer_norm_remainder_uses_the_polytope_block():
     one = A.mean_value_ln(A.Affine(x.c, v[None, None], x.b), params, EPS)[2]
     two = A.mean_value_ln(A.Affine(x.c, np.stack([v, -v])[None], x.b, blocks=SIMPLEX_EDGE), params, EPS)[2]
     assert np.all(two <= 2.2 * one), (two / one).max()
+
+
+@pytest.mark.parametrize("d,tau", [(64, 0.3), (256, 0.38)])
+def test_layer_norm_remainder_holds_where_u_shrinks_toward_zero(d, tau):
+    """u0 = e0 − e1 (q0 = 2/d) and v = −τ·u0 + 0.1·e2: toward t = 1 the set shrinks u by a factor
+    1 − τ, q drops by about 2τ·q0 and s grows by more than its first-order change s0·τ. Coordinate 2
+    (u0_2 = 0) moves by Δu_2·Δs: rem covers it only through the Taylor remainder (3/8)·s_max⁵·Δq² at
+    the smallest q of the set (without it, or with s_max at q0 + Δq or at q ≥ 1, the float64 error
+    exceeds rem by 7-12%)."""
+    u0 = np.zeros(d)
+    u0[0], u0[1] = 1.0, -1.0
+    v = -tau * u0
+    v[2] = 0.1
+    params = (np.ones(d), np.zeros(d))
+    x = A.Affine(u0[None], v[None, None], np.zeros((1, d)))
+    _, J, rem = A.mean_value_ln(x, params, EPS)
+    dx = np.linspace(-1, 1, 401)[:, None] * v
+    err = np.abs(ref_ln(u0 + dx, params) - ref_ln(u0, params) - dx @ J[0])
+    assert np.all(err <= rem + TOL)
