@@ -273,3 +273,21 @@ def test_layer_norm_remainder_holds_where_u_shrinks_toward_zero(d, tau):
     dx = np.linspace(-1, 1, 401)[:, None] * v
     err = np.abs(ref_ln(u0 + dx, params) - ref_ln(u0, params) - dx @ J[0])
     assert np.all(err <= rem + TOL)
+
+
+def test_the_change_of_the_mean_square_is_bounded_where_it_is_attained():
+    """|Δq| for q = |u|²/d with Δu along u0: Δq = (2|u0||Δu| + |Δu|²)/d exactly (worked out in
+    rationals), so the bound from A = |u0·Δu| and Q = |Δu|² must reach it; dropping or flipping
+    either term falls short. Three widths, three directions."""
+    from fractions import Fraction
+
+    for u0, scale in (([1, -1], 2), ([3, -1, -2], Fraction(1, 2)), ([5, 1, -2, -4], Fraction(3, 4))):
+        d = len(u0)
+        du = [scale * v for v in u0]  # Δu = scale·u0 (centred as u0 is)
+        A_exact = sum(Fraction(a) * b for a, b in zip(u0, du))
+        Q_exact = sum(b * b for b in du)
+        dq_exact = (sum((a + b) ** 2 for a, b in zip(u0, du)) - sum(Fraction(a) ** 2 for a in u0)) / d
+        assert dq_exact == (2 * A_exact + Q_exact) / d
+        bound = A.q_change_bound(np.array([float(A_exact)]), np.array([float(Q_exact)]), d)
+        assert Fraction(float(bound[0])) >= dq_exact
+        assert float(bound[0]) <= float(dq_exact) * (1 + 1e-14)  # and not much more

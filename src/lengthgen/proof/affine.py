@@ -207,6 +207,13 @@ def ln_point_jacobian(c: np.ndarray, w: np.ndarray, eps: float) -> tuple[np.ndar
     return J * s[:, :, None] * w[None, None, :], xh, s
 
 
+def q_change_bound(A: np.ndarray, Q: np.ndarray, d: int) -> np.ndarray:
+    """Upper bound of ``|Δq|`` for ``q = |u|²/d``: ``Δq = (2u0·Δu + |Δu|²)/d``, so
+    ``|Δq| ≤ (2A + Q)/d`` where ``A ≥ |u0·Δu|`` and ``Q ≥ |Δu|²``; equality when Δu points along
+    u0 and both bounds are attained, so neither term may shrink (:func:`mean_value_ln`)."""
+    return I.up(I.up(I.up(2 * A) + Q) / d)
+
+
 def mean_value_ln(x: Affine, params: tuple[np.ndarray, np.ndarray], eps: float) -> tuple[Iv, np.ndarray, np.ndarray]:
     """LayerNorm around the centre c: ``LN(x) = LN(c) + (x − c)J + ρ`` for every x of the form.
     Returns (enclosure of LN(c) [C, d], float J [C, d, d], bound of |ρ| [C, d]).
@@ -242,7 +249,7 @@ def mean_value_ln(x: Affine, params: tuple[np.ndarray, np.ndarray], eps: float) 
     A = np.minimum(A, I.up_mul(I.up(np.sqrt(sum_up(square(u0).hi, 1))), norm))  # or Cauchy–Schwarz
     r_u = I.up(r + I.up(sum_up(r, 1) / d)[:, None])  # ≥ |Δu_i| = |Δx_i − mean(Δx)|
     Q = np.minimum(sum_up(I.up_mul(r_u, r_u), 1), I.up_mul(norm, norm))  # ≥ |Δu|², coordinatewise or by the Gram sum
-    dq = I.up(I.up(I.up(2 * A) + Q) / d)  # ≥ |Δq|
+    dq = q_change_bound(A, Q, d)
     q_min = np.maximum(I.down(q0.lo - dq), 0.0)
     s_max = rsqrt(Iv(I.down(q_min + eps), I.up(q_min + eps))).hi
     s_max5 = I.up_mul(I.up_mul(I.up_mul(s_max, s_max), I.up_mul(s_max, s_max)), s_max)
