@@ -235,7 +235,8 @@ PARTS = {
         ("src/lengthgen/proof/trained.py", "src/lengthgen/proof/trained_tables.py",
          "src/lengthgen/proof/trained_affine.py", "src/lengthgen/proof/counterexamples.py"),
         TRAINED_TESTS, isolation="fork"),
-    "tail": Part(("src/lengthgen/proof/affine.py", "src/lengthgen/proof/layers.py"), TRAINED_TESTS, isolation="fork"),
+    "tail": Part(("src/lengthgen/proof/affine.py", "src/lengthgen/proof/layers.py"),
+                 ("tests/test_affine_tail_bounds.py", "tests/test_proof_layers_edges.py", *TRAINED_TESTS), isolation="fork"),
     # the RASP -> weights compiler (rasp/weights/, about 2500 mutants) in three parts by file, each
     # under an hour on two shared cores: heads, residual layout and assembly (1094); MLPs, affine
     # maps and value sets (670); the analysis (779)
