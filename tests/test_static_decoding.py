@@ -94,6 +94,8 @@ def test_out_of_range_ids_and_hooks_use_the_checked_path() -> None:
     ids = torch.tensor([[3, 4, 64]])
     with pytest.raises(ValueError, match="outside the position table"):
         greedy_generate_batch(m, torch.tensor([[1, 2, 3]]), new_pos_ids=ids, static_cache=True)
+    with pytest.raises(ValueError, match="outside the position table"):  # a single ID is checked too
+        greedy_generate_batch(m, torch.tensor([[1, 2, 3]]), new_pos_ids=torch.tensor([[64]]), static_cache=True)
     seen: list[int] = []
     m.add_hook("blocks.0.hook_resid_pre", lambda x, hook: seen.append(x.shape[1]))
     greedy_generate_batch(m, torch.tensor([[1, 2, 3]]), max_new_tokens=5, static_cache=True)
@@ -122,7 +124,7 @@ def test_static_cache_masks_what_is_not_written_and_the_window() -> None:
     with pytest.raises(ValueError, match="below the 4 positions"):
         StaticKVCache(cache, capacity=3)
     assert int(StaticKVCache(cache, capacity=4).filled) == 4  # room for no step: allowed
-    with pytest.raises(ValueError, match="starts from a filled KVCache"):
+    with pytest.raises(ValueError, match="^a static cache starts from a filled KVCache"):
         StaticKVCache(KVCache(), capacity=4)
     with pytest.raises(ValueError, match="give the position IDs"):
         static.length
