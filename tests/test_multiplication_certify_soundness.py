@@ -189,7 +189,8 @@ def _layer1_values_read_the_digit(model, labels) -> None:
     (_a_head_prefers_the_answer,
      "a head reads c_(i-1), outside the window a_(i−2) … a_(i+1) that the carry argument covers", "some"),
     (_product_unit_reads_five_digits, "read 5 digits at once (over 10000 assignments)", "no"),
-])
+], ids=["layer1_mlp_writes", "extra_layer3_head", "layer1_values_read_the_digit", "b0_head_ignores_its_keys",
+        "a_head_prefers_the_answer", "product_unit_reads_five_digits"])  # names that a message edit cannot change
 def test_each_structure_check_fails_its_broken_model(edit, needle: str, wrong_on: str, monkeypatch) -> None:
     """Each model is broken exactly where one structure check looks and must FAIL (structure) with
     that check's reason. The float64 forward pass shows what the break does: wrong on some input,
