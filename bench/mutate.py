@@ -139,7 +139,8 @@ MULTIPLICATION_CHAIN_TESTS = (
         "the_position_table_must_hold_the_ids_up_to_s_plus_n_plus_2",
         "the_built_model_at_n5_has_the_classes_of_the_docs_and_rho_on_what_layer3_reads",
         "the_printed_certificate_of_the_one_digit_model", "slack_exactly_one_fails_and_the_message_names_the_binding_check",
-        "cached_tables_are_not_reused_for_other_variables", "a_disguised_model_passes_and_is_right_everywhere"))
+        "cached_tables_are_not_reused_for_other_variables", "the_mlp_tables_key_changes_with_every_array_the_tables_read",
+        "a_disguised_model_passes_and_is_right_everywhere"))
     + MULTIPLICATION_TESTS
 )
 

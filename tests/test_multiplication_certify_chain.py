@@ -243,3 +243,30 @@ def test_cached_tables_are_not_reused_for_other_variables(monkeypatch) -> None:
         margins.check_classes(W, margins.Certificate(1, True, "", "PASS"), dev, a, classes, cache)
     n_classes = int(classes.signature.max()) + 1
     assert len(made) == 2 * n_classes
+
+
+def test_the_mlp_tables_key_changes_with_every_array_the_tables_read() -> None:
+    """The cache key of the MLP tables (``_mlp_digest``) covers each array the tables read: changing
+    any one entry that they read must change the key, or a second model that differs only there
+    would be certified with the first one's tables."""
+    import copy
+
+    model = build_model(n_digits=1, d_model=WIDTH, M=9.0)[0]
+    W = Weights.from_model(model)
+    frame = Frame.build(1, START_ID)
+    l1 = layer1(W, frame)
+    dev = deviations(W, l1, layer2(W, frame, l1))
+    D, cols = dev.D, dev.D[dev.read3]
+    base = margins._mlp_digest(W, D, dev.read3)
+    edits = {  # (array, index of one entry the tables read)
+        "W_in[1]": (lambda w: w.W_in[1], (D[0], 0)), "b_in[1]": (lambda w: w.b_in[1], (0,)),
+        "W_out[1]": (lambda w: w.W_out[1], (0, cols[0])), "b_out[1]": (lambda w: w.b_out[1], (cols[0],)),
+        "W_in[2]": (lambda w: w.W_in[2], (cols[0], 0)), "b_in[2]": (lambda w: w.b_in[2], (0,)),
+        "W_out[2]": (lambda w: w.W_out[2], (0, cols[0])), "W_U": (lambda w: w.W_U, (cols[0], 0)),
+        "b_out[2]": (lambda w: w.b_out[2], (cols[0],)), "b_O[2]": (lambda w: w.b_O[2], (cols[0],)),
+        "b_U": (lambda w: w.b_U, (0,)),
+    }
+    for name, (array, index) in edits.items():
+        changed = copy.deepcopy(W)
+        array(changed)[index] += 0.5
+        assert margins._mlp_digest(changed, D, dev.read3) != base, name
