@@ -310,6 +310,13 @@ def main() -> None:
     for key, value in defaults.get(args.part, {}).items():
         if getattr(args, key) is None:
             setattr(args, key, value)
+    for key in ("digits", "greedy_digits", "tokens"):
+        if any(n < 1 for n in getattr(args, key) or ()):
+            p.error(f"--{key.replace('_', '-')} takes positive sizes, got {getattr(args, key)}")
+    if args.teacher_digits < 1:
+        p.error(f"--teacher-digits takes a positive size, got {args.teacher_digits}")
+    if any(d.startswith("cuda") for d in [args.device, *args.devices]) and not torch.cuda.is_available():
+        p.error("CUDA is not available on this machine; use --device cpu (and --devices cpu)")
     torch.set_num_threads(1)
     start = time.perf_counter()
     record = {"env": env(args)} if args.part == "env" else {**globals()[args.part](args)}

@@ -52,8 +52,6 @@ class StaticKVCache:
     The buffers are zero beyond the filled part: a masked key gets weight exactly 0, and 0 times a
     zero value is 0, whereas 0 times uninitialised memory could be NaN."""
 
-    static = True
-
     def __init__(self, cache: KVCache, capacity: int) -> None:
         if not cache._k:
             raise ValueError("a static cache starts from a filled KVCache (run the prompt through the model first)")

@@ -207,7 +207,7 @@ class Attention(nn.Module):
         if cache is not None:
             k, v = cache.append(layer, k, v)
         groups = _window_groups(self.cfg.attn_windows or [None] * self.cfg.n_heads)
-        static = getattr(cache, "static", False)  # one query over a fixed-size buffer: O(capacity) scores
+        static = isinstance(cache, StaticKVCache)  # one query over a fixed-size buffer: O(capacity) scores
         if static or q.shape[-2] * k.shape[-2] <= DENSE_ENTRIES_LIMIT:
             scores = self._scores(q, k, groups, cache if static else None)
             pattern = self.hook_pattern(torch.softmax(self.hook_attn_scores(scores), dim=-1))
