@@ -75,12 +75,15 @@ def test_score_bound_and_its_rounding_for_a_head_written_by_hand():
 
 
 def test_large_scores_are_refused_with_the_rounding_bound_and_the_slack():
-    """Histogram of tokens 10**7 .. 10**7 + 39: the codes' squares (about 10**14) are exact in
-    float64, but the terms of ``beta (2 c_k c_q - c_k**2)`` (beta = 80) reach about 2 * 10**16,
-    which float64 could round by more than 2."""
+    """Tokens 10**7 .. 10**7 + 39 (ordinal) against a one-hot map of them (5 values), which cannot
+    carry binary codes: the codes' squares (about 10**14) are exact in float64, but the terms of
+    ``beta (2 c_k c_q - c_k**2)`` (beta = 80) reach about 2 * 10**16, which float64 could round by
+    more than 2."""
+    low = 10**7
+    fifth = Map(lambda t: low + (t - low) % 5, tokens)
     with pytest.raises(CompileLimitError) as info:
-        compile_to_transformer(SelectorWidth(Select(tokens, tokens, Comparison.EQ)),
-                               [10**7 + i for i in range(40)], 4)
+        compile_to_transformer(SelectorWidth(Select(tokens, fifth, Comparison.EQ)),
+                               [low + i for i in range(40)], 4)
     exc = info.value
     assert (exc.limit_name, exc.limit) == ("SCORE_SLACK", 2.0)
     error = float(exc.what.removeprefix("a score rounding bound of "))

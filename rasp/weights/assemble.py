@@ -25,7 +25,7 @@ from lengthgen.decode import UNDECIDED, decided_argmax
 from lengthgen.model import Annotations, Transformer, TransformerConfig
 from rasp.core import SOp
 from rasp.weights.graph import CompileError, Program
-from rasp.weights.heads import HeadSpec, compile_head
+from rasp.weights.heads import HeadSpec, binary_nodes, compile_head
 from rasp.weights.layout import Feature, Layout
 from rasp.weights.mlp import MLPBlock, compile_mlp
 from rasp.weights.precision import check_heads, check_logits
@@ -147,7 +147,7 @@ def compile_to_transformer(program: SOp, vocab: Sequence[Any], max_seq_len: int,
     if not vocab or len(set(vocab)) != len(vocab):
         raise CompileError("the vocabulary must be non-empty and without repeats")
     prog = Program(program, vocab, max_seq_len, causal)
-    layout = Layout(prog)
+    layout = Layout(prog, binary_nodes(prog))
     n_layers = prog.n_layers
     heads: list[list[HeadSpec]] = [[] for _ in range(n_layers)]
     mlps: list[list[MLPBlock]] = [[] for _ in range(n_layers)]

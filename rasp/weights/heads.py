@@ -5,7 +5,10 @@ docs/turing-programs.md ("Attention") explains the construction; in short, with 
 ``-beta`` when it fails (up to a per-query constant, which softmax ignores):
 
 * ``key == query``: ``-beta * (c_k - c_q)**2 = beta*(2 c_k c_q - c_k**2) - beta*c_q**2`` in the
-  integer codes (two head dimensions, any number of values: positions included);
+  integer codes (two head dimensions, any number of values: positions included); where
+  ``beta * c**2`` would reach ``BINARY_FROM`` (:func:`binary_nodes`), ``(beta/2) * sum_j
+  s_k,j * s_q,j`` over the codes' bits ``s = +-1`` instead (``(beta/2) B`` on a match, at least
+  ``beta`` less otherwise), whose terms do not grow with the codes;
 * any other predicate: a one-hot (query value x key value) table (tracr's categorical attention);
 * And of selectors: the sum of their atoms.
 
@@ -29,12 +32,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rasp.core import Aggregate
-from rasp.weights.graph import Atom, CompileError, Node
+from rasp.weights.graph import Atom, CompileError, Node, Program
 from rasp.weights.values import unknown as _unknown
 from rasp.weights.layout import Feature, Layout, add
 
 MARGIN = 40.0     # score gap between intended and other keys (mean, max, min)
 BOS_QUERY = 4 * MARGIN   # non-causal: the BOS query attends to BOS only
+BINARY_FROM = 2.0 ** 40  # an == atom whose quadratic terms would reach this compares binary codes
 
 
 @dataclass
@@ -49,20 +53,57 @@ class HeadSpec:
     margin: float = MARGIN
 
 
+def head_scale(node: Node, program: Program) -> float:
+    """``beta``, the drop of a failing atom: ``2*MARGIN`` for mean heads and selector widths,
+    ``2*(gamma*R + MARGIN)`` for max/min heads (``R``, ``gamma``: :func:`_rank_range`)."""
+    sop = node.sop
+    reduce = sop.reduce if isinstance(sop, Aggregate) else "width"
+    if reduce not in ("max", "min"):
+        return 2 * MARGIN
+    rank_range, gamma = _rank_range(node.deps[0], program)
+    return 2 * (gamma * rank_range + MARGIN)
+
+
+def binary_nodes(program: Program) -> set[int]:
+    """The ordinal s-ops (by ``id``) that also carry a binary code (:mod:`rasp.weights.layout`).
+
+    An ``==`` atom whose quadratic form would reach ``BINARY_FROM`` (``beta * c**2``, ``c`` the
+    largest code on either side) compares the codes' bits instead, so both its sides carry them,
+    and so does every value an aggregate among them copies (the head copies the bits as well).
+    An atom with a side that cannot carry them (a one-hot, numerical or folded s-op, or an
+    aggregate of one) keeps the quadratic form, which the magnitude guard
+    (:mod:`rasp.weights.precision`) still checks.
+    """
+    def copied(node: Node) -> list[Node] | None:       # node and what it copies, if all ordinal
+        chain = [node]
+        while chain[-1].kind == "attn":
+            chain.append(chain[-1].deps[0])
+        ok = all(n.encoding == "ordinal" and n.kind not in ("linear", "folded") for n in chain)
+        return chain if ok else None
+
+    marked: set[int] = set()
+    for node in program.nodes:
+        for atom in node.atoms if node.kind in ("attn", "width") else ():
+            if atom.kind != "eq" or copied(atom.key) is None or copied(atom.query) is None:
+                continue
+            top = max(abs(program.code(v)) for side in (atom.key, atom.query) for v in side.values)
+            if head_scale(node, program) * top * top >= BINARY_FROM:
+                marked |= {id(n) for side in (atom.key, atom.query) for n in copied(side)}
+    return marked
+
+
 def compile_head(node: Node, layout: Layout, causal: bool) -> HeadSpec:
     """The head of an Aggregate, a selector width, or the non-causal ``length``."""
     sop = node.sop
     reduce = sop.reduce if isinstance(sop, Aggregate) else "width"
     value = node.deps[0] if isinstance(sop, Aggregate) else None
-    gamma, rank_range, rank = MARGIN, 0.0, {}
-    if reduce in ("max", "min"):
-        rank, rank_range, gamma = _rank_feature(value, layout, reduce)
-    beta = 2 * MARGIN if reduce in ("mean", "width") else 2 * (gamma * rank_range + MARGIN)
+    beta = head_scale(node, layout.program)
     head = HeadSpec(node, _describe(node), margin=2 * MARGIN if reduce == "width" else MARGIN)
     level: Feature = {}
     for atom in node.atoms:
         level = add(level, _atom_dims(atom, head, layout, beta))
     if reduce in ("max", "min"):
+        rank, gamma = _rank_feature(value, layout, reduce)
         head.qk.append(({layout.one: gamma}, rank))
     bos_q = add(level, {} if reduce == "width" else {layout.one: -beta / 2})
     if not causal:
@@ -84,6 +125,10 @@ def _atom_dims(atom: Atom, head: HeadSpec, layout: Layout, beta: float) -> Featu
             if n.encoding not in ("onehot", "ordinal"):
                 raise CompileError(f"Select {atom.text!r}: == on the {n.encoding} s-op {n.label!r} "
                                    "is not compiled (make it categorical)")
+        if layout.binary(key) and layout.binary(query):      # (beta/2) * sum_j s_q,j * s_k,j
+            for q, k in zip(layout.binary(query), layout.binary(key)):
+                head.qk.append(({q: beta / 2}, {k: 1.0}))
+            return {layout.one: beta / 2 * len(layout.binary(key))}
         head.qk.append(({d: 2 * beta * c for d, c in layout.code(query).items()}, layout.code(key)))
         head.qk.append(({layout.one: -beta}, layout.square(key)))
         return {d: beta * c for d, c in layout.square(query).items()}
@@ -102,40 +147,55 @@ def _atom_dims(atom: Atom, head: HeadSpec, layout: Layout, beta: float) -> Featu
     return {layout.one: beta}
 
 
-def _rank_feature(value: Node, layout: Layout, reduce: str) -> tuple[Feature, float, float]:
-    """The key feature ``rank`` of a max/min head, its range ``R`` and the scale ``gamma``.
-
-    ``rank`` is relative to the value set: ``v - v_min`` for max and ``v_max - v`` for min
-    (numbers, integer codes or one-hot ordinals), so it lies in ``[0, R]`` and the winning key
-    never scores below a full match of rank 0; ``BOS``'s ``-beta/2`` with
-    ``beta = 2 (gamma R + MARGIN)`` then loses to every selected key. ``gamma`` is ``MARGIN``
-    divided by the smallest gap between two values, so the largest (smallest) selected value
-    out-scores the next one by at least ``MARGIN``.
-    """
-    sign = 1.0 if reduce == "max" else -1.0
+def _rank_range(value: Node, program: Program) -> tuple[float, float]:
+    """The range ``R`` of a max/min head's rank and its scale ``gamma``: ``MARGIN`` over the
+    smallest gap between two values (1 for integer codes and one-hot ranks), so that the largest
+    (smallest) selected value out-scores the next one by at least ``MARGIN``."""
     if value.encoding == "numerical":
         if value.values is None:
             raise CompileError(f"{value.label!r}: max/min of a numerical s-op needs its value set "
                                f"(for the tie-break's scale), and it is unknown: {_unknown(value)}")
         nums = sorted({float(v) for v in value.values})
         gap = min((b - a for a, b in zip(nums, nums[1:])), default=1.0)
-        low = nums[0] if reduce == "max" else nums[-1]
-        return (add(layout.number(value), {layout.one: -low}, scale=sign),
-                nums[-1] - nums[0], MARGIN / gap)
+        return nums[-1] - nums[0], MARGIN / gap
+    ordered = _ordered(value)
+    if value.encoding == "onehot":
+        return float(len(ordered) - 1), MARGIN
+    codes = [program.code(v) for v in ordered]
+    if any(b <= a for a, b in zip(codes, codes[1:])):
+        raise CompileError(f"{value.label!r}: its integer codes do not follow the value order")
+    return float(codes[-1] - codes[0]), MARGIN
+
+
+def _ordered(value: Node) -> list:
     try:
-        ordered = sorted(value.values)
+        return sorted(value.values)
     except TypeError:
         raise CompileError(f"{value.label!r}: max/min needs mutually comparable values") from None
+
+
+def _rank_feature(value: Node, layout: Layout, reduce: str) -> tuple[Feature, float]:
+    """The key feature ``rank`` of a max/min head and its scale ``gamma`` (:func:`_rank_range`).
+
+    ``rank`` is relative to the value set: ``v - v_min`` for max and ``v_max - v`` for min
+    (numbers, integer codes or one-hot ordinals), so it lies in ``[0, R]`` and the winning key
+    never scores below a full match of rank 0; ``BOS``'s ``-beta/2`` with
+    ``beta = 2 (gamma R + MARGIN)`` then loses to every selected key.
+    """
+    sign = 1.0 if reduce == "max" else -1.0
+    _, gamma = _rank_range(value, layout.program)
+    if value.encoding == "numerical":
+        nums = sorted({float(v) for v in value.values})
+        low = nums[0] if reduce == "max" else nums[-1]
+        return add(layout.number(value), {layout.one: -low}, scale=sign), gamma
+    ordered = _ordered(value)
     if value.encoding == "onehot":
         last = len(ordered) - 1
         return ({layout.value_dims[id(value)][v]: float(i if reduce == "max" else last - i)
-                 for i, v in enumerate(ordered)}, float(last), MARGIN)
+                 for i, v in enumerate(ordered)}, gamma)
     codes = [layout.program.code(v) for v in ordered]
-    if any(b <= a for a, b in zip(codes, codes[1:])):
-        raise CompileError(f"{value.label!r}: its integer codes do not follow the value order")
     low = codes[0] if reduce == "max" else codes[-1]
-    return (add(layout.code(value), {layout.one: -float(low)}, scale=sign),
-            float(codes[-1] - codes[0]), MARGIN)
+    return add(layout.code(value), {layout.one: -float(low)}, scale=sign), gamma
 
 
 def _value_dims(node: Node, value: Node | None, head: HeadSpec, layout: Layout) -> None:
@@ -159,6 +219,8 @@ def _value_dims(node: Node, value: Node | None, head: HeadSpec, layout: Layout) 
         dims = layout.dims[id(node)]
         head.ov.append((add(layout.code(value), {bos: c}), {dims[0]: 1.0}))
         head.ov.append((add(layout.square(value), {bos: c * c}), {dims[1]: 1.0}))
+        for v, sign, out in zip(layout.binary(value), layout.signs(default), layout.binary(node)):
+            head.ov.append((add({v: 1.0}, {bos: sign}), {out: 1.0}))
 
 
 def _describe(node: Node) -> str:

@@ -8,6 +8,10 @@ sets (docs/turing-programs.md, "Residual layout"):
 * an ordinal s-op owns two dimensions, ``x`` holding the value's integer code ``c`` and
   ``x^2`` holding ``c**2``; equality then is the quadratic form ``-(c_k - c_q)**2``, which
   needs O(1) dimensions however many values there are (positions, large vocabularies);
+* an ordinal s-op that an equality compares at large codes (:func:`rasp.weights.heads.binary_nodes`)
+  owns ``B`` more, ``x:bit0`` .. ``x:bit{B-1}``, holding ``+1``/``-1`` for the bits of
+  ``c mod 2**B`` (two's complement, ``B`` one more than the bit length of the largest such code);
+  equality is then ``sum_j s_k,j * s_q,j``, whose terms are 1 whatever ``c`` is;
 * a numerical s-op owns one dimension ``x`` (tracr's numerical), except an affine one
   (:mod:`rasp.weights.affine`), which owns none: it is read as ``a*x + b*y + c`` of its inputs;
 * ``x:1/(w+1)`` is the scratch dimension of a selector width (tracr's BOS trick).
@@ -16,7 +20,7 @@ A *feature* is a linear functional on the residual, a ``{dimension index: coeffi
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Collection
 
 from lengthgen.basis import NamedBasis
 from rasp.weights.graph import CompileError, Node, Program
@@ -39,11 +43,14 @@ def add(*features: Feature, scale: float = 1.0) -> Feature:
 class Layout:
     """Residual dimensions of a program and the features that read its s-ops."""
 
-    def __init__(self, program: Program) -> None:
+    def __init__(self, program: Program, binary: Collection[int] = ()) -> None:
         self.program = program
         labels: list[str] = [ONE, BOS]
         self.dims: dict[int, list[int]] = {}
         self.value_dims: dict[int, dict[Any, int]] = {}
+        self.bit_dims: dict[int, list[int]] = {}
+        codes = [program.code(v) for n in program.nodes if id(n) in binary for v in n.values]
+        self.n_bits = max(abs(c) for c in codes).bit_length() + 1 if codes else 0
         for node in program.nodes:
             if node.encoding == "tuple" or node.kind in ("linear", "folded"):
                 continue
@@ -56,6 +63,9 @@ class Layout:
                 self.value_dims[id(node)] = {v: start + i for i, v in enumerate(node.values)}
             elif node.encoding == "ordinal":
                 labels += [node.label, f"{node.label}^2"]
+                if id(node) in binary:
+                    self.bit_dims[id(node)] = list(range(len(labels), len(labels) + self.n_bits))
+                    labels += [f"{node.label}:bit{j}" for j in range(self.n_bits)]
             else:
                 labels.append(node.label)
             if node.kind == "width":
@@ -94,6 +104,15 @@ class Layout:
             return {self.dims[id(node)][1]: 1.0}
         raise CompileError(f"{node.label!r} is {node.encoding}; it has no integer code")
 
+    def binary(self, node: Node) -> list[int]:
+        """The bit dimensions of ``node`` (empty if it has none)."""
+        return self.bit_dims.get(id(node), [])
+
+    def signs(self, value: Any) -> list[float]:
+        """``+1``/``-1`` for the bits of ``value``'s code ``mod 2**n_bits``, lowest bit first."""
+        r = self.program.code(value) % (1 << self.n_bits)
+        return [1.0 if r >> j & 1 else -1.0 for j in range(self.n_bits)]
+
     def number(self, node: Node) -> Feature:
         """The value as a number (numerical s-ops, and categorical s-ops with numeric values)."""
         if node.kind == "linear":
@@ -124,7 +143,7 @@ class Layout:
         if node.encoding == "ordinal":
             c = float(self.program.code(value))
             d = self.dims[id(node)]
-            return {d[0]: c, d[1]: c * c}
+            return {d[0]: c, d[1]: c * c, **dict(zip(self.binary(node), self.signs(value)))}
         return {self.dims[id(node)][0]: float(value)}
 
     def read(self, node: Node, vector: Any) -> Any:
