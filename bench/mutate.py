@@ -100,6 +100,13 @@ RASP_TESTS = ("tests/test_rasp_weights_heads.py", "tests/test_rasp_weights_api.p
               "tests/test_rasp_weights_graph.py", "tests/test_rasp_weights_affine.py", "tests/test_rasp_weights_maxmin.py",
               "tests/test_rasp_weights_strides.py",
               "tests/test_rasp_weights_scale.py::test_an_int_and_an_equal_float_select_each_other")
+# the binary-code equalities on small inputs (the 15 000-token compile, 5 s, is left to ``--recheck``)
+RASP_TESTS += tuple(f"tests/test_rasp_weights_binary.py::test_{t}" for t in (
+    "the_threshold_is_the_documented_literal", "minus_one_does_not_alias_the_largest_index",
+    "an_equality_of_large_tokens_compiles_exactly_at_the_default_threshold",
+    "an_aggregate_copies_the_bits_of_its_value_and_of_its_default",
+    "measured_leak_of_a_binary_equality_is_below_the_documented_bound",
+    "program_p_with_binary_codes_matches_the_simulator"))
 
 # The tests of part `multiplication` (the N×2 certificate), cheap and sharp first: PASS at N = 2, every
 # printed bound against the float64 forward pass at N = 2 (blunt M and M near the smallest certified),
