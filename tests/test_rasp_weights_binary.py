@@ -37,6 +37,38 @@ def test_the_threshold_is_the_documented_literal():
     assert heads.BINARY_FROM == 2.0 ** 40
 
 
+@pytest.mark.parametrize("top, binary", [(117_234, False), (117_235, True)])
+def test_the_threshold_is_where_beta_times_the_code_squared_reaches_2_to_the_40(top, binary):
+    """A mean head (beta = 80): 80 * 117234**2 = 1.0999e12 < 2**40 <= 80 * 117235**2."""
+    program = SelectorWidth(Select(tokens, tokens, Comparison.EQ))
+    ct = compile_to_transformer(program, list(range(40)) + [top], 6)
+    assert (ct.layout.n_bits > 0) == binary
+    xs = [top, 3, top, 39, 3, top]
+    assert ct.run(xs) == _interpreter(program, xs, True)
+
+
+def test_float32_weights_compare_bits_from_terms_of_2_to_the_11():
+    """float32's unit roundoff is 2**29 times float64's, and so is the threshold: tokens 0..39
+    (terms up to 80 * 39**2 = 121 680) compare bits in float32 and quadratic codes in float64."""
+    program = SelectorWidth(Select(tokens, tokens, Comparison.EQ))
+    vocab = list(range(40))
+    assert compile_to_transformer(program, vocab, 6).layout.n_bits == 0
+    ct = compile_to_transformer(program, vocab, 6, dtype=torch.float32)
+    assert ct.layout.n_bits == 7
+    xs = [39, 3, 39, 38, 3, 0]
+    assert ct.run(xs) == _interpreter(program, xs, True)
+
+
+def test_program_p_in_float32_is_exact():
+    """With its equalities on bits, program P's float32 weights follow the simulator (before,
+    ``match`` fell back to its default on every trace tried, 1 to 70 digits)."""
+    for text in ("905+97", "31415926535897932384+27182818284590452353"):
+        tm, tape = TASKS["addition"].build(text)
+        ref, n = _trace(tm, tape)
+        compiled = transformer_program(tm, n).to_transformer(len(ref), dtype=torch.float32)
+        assert compiled.teacher_forced(ref) == ref[len(tape) + 2:]
+
+
 def test_minus_one_does_not_alias_the_largest_index(binary_everywhere):
     """Indices 0..63 and the code -1: the bit width must hold both (7 bits: -1 is 1111111, 63 is
     0111111); with one bit fewer, -1 would be 63 and select the last key."""

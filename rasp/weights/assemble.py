@@ -147,7 +147,7 @@ def compile_to_transformer(program: SOp, vocab: Sequence[Any], max_seq_len: int,
     if not vocab or len(set(vocab)) != len(vocab):
         raise CompileError("the vocabulary must be non-empty and without repeats")
     prog = Program(program, vocab, max_seq_len, causal)
-    layout = Layout(prog, binary_nodes(prog))
+    layout = Layout(prog, binary_nodes(prog, unit=torch.finfo(dtype).eps / 2))
     n_layers = prog.n_layers
     heads: list[list[HeadSpec]] = [[] for _ in range(n_layers)]
     mlps: list[list[MLPBlock]] = [[] for _ in range(n_layers)]

@@ -64,7 +64,7 @@ def head_scale(node: Node, program: Program) -> float:
     return 2 * (gamma * rank_range + MARGIN)
 
 
-def binary_nodes(program: Program) -> set[int]:
+def binary_nodes(program: Program, unit: float = 2.0 ** -53) -> set[int]:
     """The ordinal s-ops (by ``id``) that also carry a binary code (:mod:`rasp.weights.layout`).
 
     An ``==`` atom whose quadratic form would reach ``BINARY_FROM`` (``beta * c**2``, ``c`` the
@@ -72,8 +72,11 @@ def binary_nodes(program: Program) -> set[int]:
     and so does every value an aggregate among them copies (the head copies the bits as well).
     An atom with a side that cannot carry them (a one-hot, numerical or folded s-op, or an
     aggregate of one) keeps the quadratic form, which the magnitude guard
-    (:mod:`rasp.weights.precision`) still checks.
+    (:mod:`rasp.weights.precision`) still checks. ``BINARY_FROM`` is for float64 weights; for a
+    format with unit roundoff ``unit`` the threshold scales with it (``2**11`` for float32), so
+    that the quadratic terms round by the same absolute amount at most.
     """
+    threshold = BINARY_FROM * 2.0 ** -53 / unit
     def copied(node: Node) -> list[Node] | None:       # node and what it copies, if all ordinal
         chain = [node]
         while chain[-1].kind == "attn":
@@ -87,7 +90,7 @@ def binary_nodes(program: Program) -> set[int]:
             if atom.kind != "eq" or copied(atom.key) is None or copied(atom.query) is None:
                 continue
             top = max(abs(program.code(v)) for side in (atom.key, atom.query) for v in side.values)
-            if head_scale(node, program) * top * top >= BINARY_FROM:
+            if head_scale(node, program) * top * top >= threshold:
                 marked |= {id(n) for side in (atom.key, atom.query) for n in copied(side)}
     return marked
 
