@@ -4,6 +4,7 @@
 #   bash bench/gpu_session.sh timing      # alone on the GPU: long operands, attention vs SDPA, Turing program
 #   bash bench/gpu_session.sh throughput  # test suite, precision map, certificate, paper-recipe training
 #   bash bench/gpu_session.sh leftovers   # what the first session's time limits cut, in one call (see the function)
+#   bash bench/gpu_session.sh remaining   # what is still unmeasured on a GPU, in one call (see the function)
 #
 # Results go to gpu_results/ (and are copied to $OUT when set). Every step has its own time limit,
 # so one slow step cannot take the others' results with it.
@@ -58,6 +59,30 @@ leftovers() {
     log "pytest (whole suite)"; timeout "$(left 200)" $PY -m pytest -n 14 -v -p no:cacheprovider $PYTEST_SELECT \
         >"$R/pytest.log" 2>&1
     grep -E "FAILED|ERROR" "$R/pytest.log" | head -n 20; tail -n 3 "$R/pytest.log"; save leftovers
+    log done
+}
+
+# what is still unmeasured on a GPU, in one call of under 10 minutes: the GPU tests (edited since
+# they last ran there), the 10^5-token Turing trace (it compiles since equalities use bit codes), the
+# 3-digit trained-model certificate with its forward passes on CUDA, and the authors' training shape
+# for TRAIN_SECONDS with its evaluation at 50-200 digits
+remaining() {
+    $PY bench/bench_gpu.py env --out "$R"; save remaining
+    log "pytest -m gpu"; timeout "$(left 75)" $PY -m pytest -m gpu -v -p no:cacheprovider >"$R/pytest_gpu.log" 2>&1
+    tail -n 3 "$R/pytest_gpu.log"; save remaining
+    log turing; timeout "$(left 150)" $PY bench/bench_gpu.py turing --out "$R" --device $DEV --greedy-seconds 30 \
+        --tokens ${TM_BIG:-100000}; save remaining
+    log certify; timeout "$(left 150)" $PY bench/bench_gpu.py certify --out "$R" --devices $DEV --digits ${CERT_DIGITS:-3} --samples 1000 \
+        >"$R/certify.log" 2>&1; tail -n 3 "$R/certify.log"; save remaining
+    local name=paper flags="--heads 4 --d-model 512 --d-mlp 2048 --attn-scale 1 --batch-size 1000 --lr 1e-4"
+    log "train $name"; TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 timeout -s INT "$(left $((TRAIN_SECONDS + 30)))" \
+        $PY -m lengthgen.train $COMMON $flags --steps ${PAPER_STEPS:-3000} --seed 0 --checkpoint-every 500 \
+        --out "$R/$name" --force >"$R/train_$name.log" 2>&1; tail -n 2 "$R/train_$name.log"; save remaining
+    for n in 50 100 200; do
+        timeout "$(left 30)" $PY -m lengthgen.evaluate --checkpoint "$R/$name" --digits $n --samples 1000 --device $DEV \
+            --no-progress --json --out "$R/eval_${name}_$n.json" --force >/dev/null 2>>"$R/eval_$name.log"
+    done
+    save remaining
     log done
 }
 
@@ -148,5 +173,6 @@ case "${1:-}" in
     timing) timing ;;
     throughput) throughput ;;
     leftovers) leftovers ;;
-    *) echo "usage: bash bench/gpu_session.sh timing|throughput|leftovers"; exit 2 ;;
+    remaining) remaining ;;
+    *) echo "usage: bash bench/gpu_session.sh timing|throughput|leftovers|remaining"; exit 2 ;;
 esac
