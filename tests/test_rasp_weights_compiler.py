@@ -20,8 +20,6 @@ bools = Map(lambda t: t > 1, tokens)
 
 
 @pytest.mark.parametrize("program, words", [
-    (SelectorWidth(Select(tokens, tokens, Comparison.LT) | Select(indices, indices, Comparison.EQ)),
-     "different key/query"),
     (Aggregate(ConstantSelector([[True, False], [True, True]]), tokens), "fixed selection matrix"),
     (numerical(SequenceMap(lambda a, b: a * b, numerical(Map(float, tokens)), Aggregate(
         Select(tokens, tokens, Comparison.EQ), numerical(Map(float, tokens)), default=0))),

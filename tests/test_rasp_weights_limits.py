@@ -74,10 +74,9 @@ def test_selectors_that_no_head_computes_are_refused_with_their_reason():
     _refused(Aggregate(ConstantSelector([[True, False], [True, True]]).named("tri"), tokens),
              "ConstantSelector 'tri': a fixed selection matrix needs one score per (query, key) "
              "position pair; not compiled")
-    mixed = (Select(tokens, tokens, C.LT) | Select(indices, indices, C.EQ)).named("mixed")
-    _refused(SelectorWidth(mixed), "SelectorOr 'mixed': Or/Not of selects over different key/query s-ops is "
-             "not compiled (an attention score is a sum over one key and one query subspace); combine "
-             "the s-ops into one first")
+    mixed = (Select(tokens, tokens, C.LT) | ConstantSelector([[True, False], [True, True]]).named("tri")).named("mixed")
+    _refused(SelectorWidth(mixed), "SelectorOr 'mixed': Or/Not over the ConstantSelector 'tri' is not compiled "
+             "(only over Selects)")
 
 
 def test_an_unknown_value_set_is_traced_through_aggregates_and_linear_maps():

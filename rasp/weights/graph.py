@@ -91,7 +91,7 @@ class Program:
         for node in self.nodes:
             self._infer_values(node)
         fold_chains(self.nodes, self.by_uid[output.uid], selector_inputs(self.nodes))
-        for node in self.nodes:
+        for node in list(self.nodes):
             if node.kind in ("attn", "width"):
                 plan_attention(self, node)
         self._choose_encodings()
@@ -129,6 +129,15 @@ class Program:
         if isinstance(sop, SelectorWidth):
             return Node(sop, label, "width")
         raise CompileError(f"{_op_name(sop)}: no weights for this kind of s-op")
+
+    def derive(self, sop: SOp, before: Node) -> Node:
+        """Add a node for ``sop``, an s-op the compiler builds from the program's own (the tuple
+        of the s-ops an Or/Not compares), just before the node ``before``."""
+        node = self._classify(sop, sop.label)
+        self._infer_values(node)
+        self.nodes.insert(self.nodes.index(before), node)
+        self.by_uid[sop.uid] = node
+        return node
 
     # ------------------------------------------------------------------ value sets
     def _infer_values(self, node: Node) -> None:

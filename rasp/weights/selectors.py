@@ -3,7 +3,8 @@ a head's attention score (docs/turing-programs.md, "Compiling RASP to weights").
 
 An And is the sum of its parts' atoms, ``==`` an ``eq`` atom (a quadratic form in the integer
 codes of key and query; one per part of a tuple), and Or, Not, order and custom predicates over
-one key s-op and one query s-op a ``table`` atom over one-hot encodings. TRUE, FALSE, constant
+one key s-op and one query s-op a ``table`` atom over one-hot encodings (an Or/Not whose selects
+compare several s-ops reads the tuples of them that the compiler adds, :func:`_table_atom`). TRUE, FALSE, constant
 selectors and causal comparisons of shifted indices that are constant over the visible keys
 select every key (no atom) or none (a ``false`` atom). :func:`plan_attention` is the step of
 :class:`rasp.weights.graph.Program` that plans one attention or width node;
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from rasp.core import (Aggregate, Comparison, Select, Selector, SelectorAnd, SelectorNot, SelectorOr,
-                       SelectorWidth, SOp)
+                       SelectorWidth, SequenceMap, SOp)
 from rasp.tracr_ops import ConstantSelector
 from rasp.weights.values import CompileError
 
@@ -54,7 +55,7 @@ def plan_attention(prog: Any, node: Any) -> None:
     ``by_uid``, ``causal`` and ``n``), ``node`` one of its nodes."""
     sop = node.sop
     selector = sop.selector if isinstance(sop, (Aggregate, SelectorWidth)) else None
-    node.atoms = _atoms(prog, selector) if selector is not None else []
+    node.atoms = _atoms(prog, selector, node) if selector is not None else []
     for atom in node.atoms:
         for side in (atom.key, atom.query):
             if side is not None and side not in node.deps:
@@ -63,17 +64,17 @@ def plan_attention(prog: Any, node: Any) -> None:
             atom.key.needs_table = atom.query.needs_table = True
 
 
-def _atoms(prog: Any, sel: Selector) -> list[Atom]:
+def _atoms(prog: Any, sel: Selector, node: Any) -> list[Atom]:
     """The atoms of a selector (see the module docstring)."""
     if isinstance(sel, SelectorAnd):
-        return _atoms(prog, sel.fst) + _atoms(prog, sel.snd)
+        return _atoms(prog, sel.fst, node) + _atoms(prog, sel.snd, node)
     if isinstance(sel, ConstantSelector):
         if sel.uniform is None:
             raise CompileError(f"ConstantSelector {sel.label!r}: a fixed selection matrix needs "
                                "one score per (query, key) position pair; not compiled")
         return [] if sel.uniform else [Atom("false", text=sel.label)]
     if isinstance(sel, (SelectorOr, SelectorNot)):
-        return [_table_atom(prog, sel)]
+        return [_table_atom(prog, sel, node)]
     assert isinstance(sel, Select)
     key, query, pred = prog.by_uid[sel.keys.uid], prog.by_uid[sel.queries.uid], sel.predicate
     if pred is Comparison.TRUE:
@@ -92,25 +93,56 @@ def _atoms(prog: Any, sel: Selector) -> list[Atom]:
             return [Atom("eq", k, q, text=f"{sel.label}[{i}]: {_text(k)} == {_text(q)}")
                     for i, (k, q) in enumerate(zip(key.parts, query.parts))]
         return [Atom("eq", key, query, text=f"{sel.label}: {_text(key)} == {_text(query)}")]
-    return [_table_atom(prog, sel)]
+    return [_table_atom(prog, sel, node)]
 
 
-def _table_atom(prog: Any, sel: Selector) -> Atom:
-    """Or/Not/order/custom predicates over one key s-op and one query s-op, as a table."""
+def _table_atom(prog: Any, sel: Selector, node: Any) -> Atom:
+    """Or/Not/order/custom predicates as a table over one key s-op and one query s-op. Where the
+    selects of an Or/Not compare several s-ops, the compiler adds the s-op of their tuple on each
+    side (``(k_1, k_2, ...)``, one-hot like any table input) before ``node``, and the table
+    evaluates the whole tree on the tuples."""
     tree = list(_selector_tree(sel))
     selects = [e for e in tree if isinstance(e, Select)]
-    pairs = {(s.keys.uid, s.queries.uid) for s in selects}
-    if len(pairs) != 1 or any(not isinstance(e, (Select, SelectorAnd, SelectorOr, SelectorNot))
-                              for e in tree):
-        raise CompileError(f"{type(sel).__name__} {sel.label!r}: Or/Not of selects over different "
-                           "key/query s-ops is not compiled (an attention score is a sum over "
-                           "one key and one query subspace); combine the s-ops into one first")
-    key, query = prog.by_uid[selects[0].keys.uid], prog.by_uid[selects[0].queries.uid]
-    if "tuple" in (key.kind, query.kind):
+    other = next((e for e in tree if not isinstance(e, (Select, SelectorAnd, SelectorOr, SelectorNot))), None)
+    if other is not None:
+        raise CompileError(f"{type(sel).__name__} {sel.label!r}: Or/Not over the {type(other).__name__} "
+                           f"{other.label!r} is not compiled (only over Selects)")
+    if any(prog.by_uid[s.uid].kind == "tuple" for e in selects for s in (e.keys, e.queries)):
         raise CompileError(f"{type(sel).__name__} {sel.label!r}: only == compares tuple values")
+    keys = list({e.keys.uid: e.keys for e in selects}.values())
+    queries = list({e.queries.uid: e.queries for e in selects}.values())
+    key = prog.by_uid[_combined(prog, keys, f"{sel.label}_keys", node).uid]
+    query = prog.by_uid[_combined(prog, queries, f"{sel.label}_queries", node).uid]
+    pick_key = _picker([k.uid for k in keys])
+    pick_query = _picker([q.uid for q in queries])
     pred = getattr(selects[0].predicate, "value", "custom") if len(selects) == 1 else type(sel).__name__
-    return Atom("table", key, query, predicate=_tree_predicate(sel),
+    predicate = _tree_predicate(sel, lambda leaf: (pick_key(leaf.keys.uid), pick_query(leaf.queries.uid)))
+    return Atom("table", key, query, predicate=predicate,
                 text=f"{sel.label}: {_text(key)} {pred} {_text(query)} (table)")
+
+
+def _combined(prog: Any, sops: list[SOp], label: str, before: Any) -> SOp:
+    """One s-op, or the s-op of their tuple (added to ``prog`` before the node ``before``)."""
+    out = sops[0]
+    for i, s in enumerate(sops[1:]):
+        out = SequenceMap(_pair if i == 0 else _extend, out, s).named(label if i == len(sops) - 2 else f"{label}{i}")
+        prog.derive(out, before)
+    return out
+
+
+def _pair(a: Any, b: Any) -> tuple:
+    return (a, b)
+
+
+def _extend(a: tuple, b: Any) -> tuple:
+    return a + (b,)
+
+
+def _picker(uids: list[int]) -> Callable[[int], Callable[[Any], Any]]:
+    """For the s-op ``uid``, the function that reads its value from the combined value."""
+    if len(uids) == 1:
+        return lambda uid: (lambda v: v)
+    return lambda uid: (lambda v, i=uids.index(uid): v[i])
 
 
 def _causal_index_constant(prog: Any, sel: Select) -> bool | None:
@@ -131,13 +163,16 @@ def _text(node: Any) -> str:
     return node.label
 
 
-def _tree_predicate(sel: Selector) -> Callable[[Any, Any], bool]:
+def _tree_predicate(sel: Selector, pick: Callable[[Select], tuple]) -> Callable[[Any, Any], bool]:
+    """The predicate of an And/Or/Not tree on (key, query) values; ``pick(leaf)`` gives the
+    functions that read the leaf's key and query values from them."""
     if isinstance(sel, Select):
-        return lambda k, q: bool(sel.predicate(k, q))
+        from_key, from_query = pick(sel)
+        return lambda k, q: bool(sel.predicate(from_key(k), from_query(q)))
     if isinstance(sel, SelectorNot):
-        inner = _tree_predicate(sel.inner)
+        inner = _tree_predicate(sel.inner, pick)
         return lambda k, q: not inner(k, q)
-    a, b = _tree_predicate(sel.fst), _tree_predicate(sel.snd)
+    a, b = _tree_predicate(sel.fst, pick), _tree_predicate(sel.snd, pick)
     if isinstance(sel, SelectorAnd):
         return lambda k, q: a(k, q) and b(k, q)
     return lambda k, q: a(k, q) or b(k, q)
