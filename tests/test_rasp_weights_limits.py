@@ -80,20 +80,20 @@ def test_selectors_that_no_head_computes_are_refused_with_their_reason():
 
 
 def test_an_unknown_value_set_is_traced_through_aggregates_and_linear_maps():
-    """n = 65 > MEAN_MAX_N: a numerical mean's averages are not enumerated; an aggregate of it,
+    """n = 513 > MEAN_MAX_N: a numerical mean's averages are not enumerated; an aggregate of it,
     and a linear map of it, say so; the linear map itself compiles (numerical output)."""
     is0 = numerical(Map(lambda t: 1 if t == 0 else 0, tokens))
     mean = numerical(Aggregate(Select(indices, indices, C.LEQ), is0, default=0)).named("mean")
-    why = "it is a numerical mean, whose possible averages are enumerated only up to max_seq_len = 64 (here 65)"
+    why = "it is a numerical mean, whose possible averages are enumerated only up to max_seq_len = 512 (here 513)"
     copy = numerical(Aggregate(Select(indices, indices, C.EQ), mean, default=0)).named("copy")
     _refused(Map(lambda v: v > 0.5, copy).named("hi"),
              f"Map 'hi': no lookup table exists, because the value set of its input 'copy' is unknown: "
-             f"it aggregates 'mean', whose value set is unknown: {why}", n=65)
+             f"it aggregates 'mean', whose value set is unknown: {why}", n=513)
     bal = numerical(LinearSequenceMap(mean, copy, 1, -1)).named("bal")
-    assert_compiled_agrees(bal, VOCAB, 65, True, [[0, 1, 0, 0, 2], [3, 0] * 30])
+    assert_compiled_agrees(bal, VOCAB, 513, True, [[0, 1, 0, 0, 2], [3, 0] * 30])
     _refused(Map(lambda v: v > 0, bal).named("pos"),
              "Map 'pos': no lookup table exists, because the value set of its input 'bal' is unknown: it is "
-             f"a linear function of 'mean', and the value set of its input 'mean' is unknown: {why}", n=65)
+             f"a linear function of 'mean', and the value set of its input 'mean' is unknown: {why}", n=513)
     big = numerical(Aggregate(Select(indices, indices, C.LEQ), numerical(tokens), default=0)).named("big")
     _refused(Map(lambda v: v > 0.5, big).named("t"),
              "Map 't': no lookup table exists, because the value set of its input 'big' is unknown: it is a "

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from fractions import Fraction
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -30,7 +31,7 @@ from rasp.errors import RASPError
 from rasp.evaluate import evaluate
 from rasp.tracr_ops import ConstantSOp
 from rasp.weights.affine import Affine, affine_form, affine_values, fold_chains
-from rasp.weights.selectors import Atom, plan_attention, selector_inputs
+from rasp.weights.selectors import Atom, plan_attention, selection_key, selector_inputs
 from rasp.weights.values import (CompileError, CompileLimitError, integral, mean_unknown,  # noqa: F401
                                   mean_values, sort_values)
 from rasp.weights.values import unknown as _unknown
@@ -188,6 +189,9 @@ class Program:
             node.affine = affine_form(sop, domains, LOOKUP_MAX)
             if node.affine is not None and sop.encoding == Encoding.NUMERICAL:
                 node.kind = "linear"          # folded into its readers (rasp.weights.affine)
+        shared = self._shared_mean_values(node) if node.kind == "linear" else None
+        if shared is not None:
+            return shared
         if any(d is None for d in domains):
             bad = next(d for d, dom in zip(node.deps, domains) if dom is None)
             why = f"the value set of its input {bad.label!r} is unknown: {_unknown(bad)}"
@@ -218,6 +222,38 @@ class Program:
                 raise CompileError(f"{_op_name(sop)}: its function fails on the input value(s) "
                                    f"{args!r}: {type(exc).__name__}: {exc}") from None
         return sort_values(out)
+
+    def _shared_mean_values(self, node: Node) -> list | None:
+        """Values of ``c0 + sum_i c_i * mean_i`` when every ``mean_i`` is a numerical mean, over
+        one and the same selection, of integers in ``[lo_i, hi_i]``; else ``None``.
+
+        One selection gives one width ``w`` per position, so ``mean_i = a_i / w`` with integers
+        ``a_i`` in ``[w lo_i, w hi_i]``: the values are ``c0 + M / (D w)`` with ``D`` the common
+        denominator of the ``c_i`` and ``M = sum_i (D c_i) a_i`` an integer between the corners,
+        plus ``c0 + sum_i c_i * default_i`` where nothing is selected. A superset of the reachable
+        values, about ``N**2`` of them where the product of the means' own value sets would have
+        ``N**4`` (``opens - closes`` of tracr's ``make_pair_balance``)."""
+        deps, form = node.deps, node.affine
+        if not all(d.kind == "attn" and d.sop.encoding == Encoding.NUMERICAL and d.sop.reduce == "mean" for d in deps):
+            return None
+        if len({selection_key(d.sop.selector) for d in deps}) != 1:
+            return None
+        sources = [d.deps[0].values for d in deps]
+        if any(v is None or not v or any(integral(x) is None for x in v) for v in sources):
+            return None
+        denominator = math.lcm(*(c.denominator for c in form.coeffs))
+        weights = [int(c * denominator) for c in form.coeffs]
+        lows = [min(e * integral(x) for x in v) for e, v in zip(weights, sources)]
+        highs = [max(e * integral(x) for x in v) for e, v in zip(weights, sources)]
+        if sum((sum(highs) - sum(lows)) * w + 1 for w in range(1, self.n + 1)) > LOOKUP_MAX:
+            return None
+        defaults = [d.sop.default for d in deps]
+        if any(integral(x) is None and not isinstance(x, float) for x in defaults):
+            return None
+        out = {form(*defaults)}
+        for w in range(1, self.n + 1):
+            out |= {form.const + Fraction(m, denominator * w) for m in range(sum(lows) * w, sum(highs) * w + 1)}
+        return sort_values(float(v) for v in out)
 
     def _domain(self, node: Node) -> list | None:
         """The values a Map/SequenceMap argument can take (tuples: the product of the parts)."""

@@ -49,6 +49,19 @@ def selector_inputs(nodes: Sequence[Any]) -> set[int]:
     return out
 
 
+def selection_key(sel: Selector) -> tuple:
+    """Equal keys for selectors that select the same keys at every query: Selects of the same
+    key and query s-ops with the same comparison, and And/Or/Not trees of such."""
+    if isinstance(sel, Select):
+        pred = sel.predicate if isinstance(sel.predicate, Comparison) else id(sel.predicate)
+        return ("select", sel.keys.uid, sel.queries.uid, pred)
+    if isinstance(sel, SelectorNot):
+        return ("not", selection_key(sel.inner))
+    if isinstance(sel, (SelectorAnd, SelectorOr)):
+        return (type(sel).__name__, selection_key(sel.fst), selection_key(sel.snd))
+    return ("selector", id(sel))
+
+
 def plan_attention(prog: Any, node: Any) -> None:
     """The atoms of an attention or width node's selector; the s-ops they compare become its inputs,
     and those of a table atom need one-hot tables. ``prog`` is the program being analysed (its

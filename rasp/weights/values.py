@@ -11,7 +11,7 @@ from typing import Any
 from rasp.errors import RASPError
 from rasp.weights.affine import exact
 
-MEAN_MAX_N = 64        # a numerical mean's value set is enumerated up to this max_seq_len
+MEAN_MAX_N = 512       # a numerical mean's value set is enumerated up to this max_seq_len
 
 
 class CompileError(RASPError):
