@@ -99,6 +99,7 @@ RASP_TESTS = ("tests/test_rasp_weights_heads.py", "tests/test_rasp_weights_api.p
               "tests/test_rasp_weights_compiler.py", "tests/test_rasp_weights_programs.py",
               "tests/test_rasp_weights_graph.py", "tests/test_rasp_weights_affine.py", "tests/test_rasp_weights_maxmin.py",
               "tests/test_rasp_weights_strides.py", "tests/test_rasp_weights_or_not.py",
+              "tests/test_rasp_weights_shared_means.py",
               "tests/test_rasp_weights_scale.py::test_an_int_and_an_equal_float_select_each_other")
 # the binary-code equalities on small inputs (the 15 000-token compile, 5 s, is left to ``--recheck``)
 RASP_TESTS += tuple(f"tests/test_rasp_weights_binary.py::test_{t}" for t in (
