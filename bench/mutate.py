@@ -99,7 +99,7 @@ RASP_TESTS = ("tests/test_rasp_weights_heads.py", "tests/test_rasp_weights_api.p
               "tests/test_rasp_weights_compiler.py", "tests/test_rasp_weights_programs.py",
               "tests/test_rasp_weights_graph.py", "tests/test_rasp_weights_affine.py", "tests/test_rasp_weights_maxmin.py",
               "tests/test_rasp_weights_strides.py", "tests/test_rasp_weights_or_not.py",
-              "tests/test_rasp_weights_shared_means.py",
+              "tests/test_rasp_weights_shared_means.py", "tests/test_rasp_weights_order.py",
               "tests/test_rasp_weights_scale.py::test_an_int_and_an_equal_float_select_each_other")
 # the binary-code equalities on small inputs (the 15 000-token compile, 5 s, is left to ``--recheck``)
 RASP_TESTS += tuple(f"tests/test_rasp_weights_binary.py::test_{t}" for t in (
@@ -253,7 +253,7 @@ PARTS = {
     **{name: Part(files, RASP_TESTS, isolation="fork") for name, files in (
         ("rasp-attention", ("rasp/weights/heads.py", "rasp/weights/layout.py", "rasp/weights/assemble.py")),
         ("rasp-mlp", ("rasp/weights/mlp.py", "rasp/weights/affine.py", "rasp/weights/values.py")),
-        ("rasp-graph", ("rasp/weights/graph.py", "rasp/weights/selectors.py")))},
+        ("rasp-graph", ("rasp/weights/graph.py", "rasp/weights/selectors.py", "rasp/weights/order.py")))},
     # the compiler's magnitude guard (rasp/weights/precision.py, 150 mutants): each bound against
     # values worked out by hand (written for the first run's survivors), large integer values
     # refused or compiled exactly against the interpreter, the refusals' reasons and limits, and the

@@ -40,7 +40,7 @@ def test_the_threshold_is_the_documented_literal():
 @pytest.mark.parametrize("top, binary", [(117_234, False), (117_235, True)])
 def test_the_threshold_is_where_beta_times_the_code_squared_reaches_2_to_the_40(top, binary):
     """A mean head (beta = 80): 80 * 117234**2 = 1.0999e12 < 2**40 <= 80 * 117235**2."""
-    program = SelectorWidth(Select(tokens, tokens, Comparison.EQ))
+    program = Aggregate(Select(tokens, tokens, Comparison.EQ), tokens, default=-1)
     ct = compile_to_transformer(program, list(range(40)) + [top], 6)
     assert (ct.layout.n_bits > 0) == binary
     xs = [top, 3, top, 39, 3, top]
@@ -50,7 +50,7 @@ def test_the_threshold_is_where_beta_times_the_code_squared_reaches_2_to_the_40(
 def test_float32_weights_compare_bits_from_terms_of_2_to_the_11():
     """float32's unit roundoff is 2**29 times float64's, and so is the threshold: tokens 0..39
     (terms up to 80 * 39**2 = 121 680) compare bits in float32 and quadratic codes in float64."""
-    program = SelectorWidth(Select(tokens, tokens, Comparison.EQ))
+    program = Aggregate(Select(tokens, tokens, Comparison.EQ), tokens, default=-1)
     vocab = list(range(40))
     assert compile_to_transformer(program, vocab, 6).layout.n_bits == 0
     ct = compile_to_transformer(program, vocab, 6, dtype=torch.float32)
@@ -67,6 +67,16 @@ def test_program_p_in_float32_is_exact():
         ref, n = _trace(tm, tape)
         compiled = transformer_program(tm, n).to_transformer(len(ref), dtype=torch.float32)
         assert compiled.teacher_forced(ref) == ref[len(tape) + 2:]
+
+
+def test_a_selector_width_compares_ordinal_codes_by_bits_at_any_size():
+    """A width needs its selected keys and BOS to score exactly alike (its decoder tolerates
+    about 1/(2 N) of relative error), so its equalities use bits whatever the threshold."""
+    program = SelectorWidth(Select(tokens, tokens, Comparison.EQ))
+    ct = compile_to_transformer(program, list(range(40)), 6)
+    assert ct.layout.n_bits == 7
+    xs = [39, 3, 39, 38, 3, 0]
+    assert ct.run(xs) == _interpreter(program, xs, True)
 
 
 def test_minus_one_does_not_alias_the_largest_index(binary_everywhere):

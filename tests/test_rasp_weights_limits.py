@@ -151,14 +151,17 @@ def test_affine_maps_over_the_limit_take_their_value_range(monkeypatch):
 
 def test_an_order_comparison_table_at_the_limit_compiles_and_one_over_it_is_refused(monkeypatch):
     """An order comparison needs one-hot values, up to TABLE_MAX of them (here 40, above
-    ONEHOT_MAX = 32)."""
+    ONEHOT_MAX = 32); past it, an aggregate is refused, and a selector width counts by bits
+    instead (rasp.weights.order)."""
     monkeypatch.setattr(graph, "TABLE_MAX", 40)
     x = Map(lambda t: t, tokens).named("x")
-    program = SelectorWidth(Select(x, x, C.LT))
+    program = Aggregate(Select(x, x, C.LT), tokens, reduce="max", default=-1)
     assert_compiled_agrees(program, list(range(40)), 4, False, [[39, 0, 20, 21], [5, 5]])
     exc = _refused(program, "Map 'x' has 41 values; an order or custom comparison on it needs a one-hot "
                    "table, limited to TABLE_MAX = 40 values", vocab=list(range(41)), error=CompileLimitError)
     _limit(exc, "a one-hot comparison table over 41 values", "TABLE_MAX", 40)
+    assert_compiled_agrees(SelectorWidth(Select(x, x, C.LT)), list(range(41)), 4, False,
+                           [[40, 0, 20, 21], [5, 5], [40, 40, 39]])
 
 
 def test_thirty_two_values_are_one_hot_and_thirty_three_ordinal():

@@ -49,19 +49,19 @@ def test_lookups_over_ordinal_and_numerical_inputs(causal):
     _agree(Map(lambda f: int(f * 1000) % 7, frac), 12, causal)
 
 
-def test_numerical_means_take_every_average_up_to_64_positions():
+def test_numerical_means_take_every_average_up_to_512_positions():
     """A lookup over a mean of {0, 1} values needs every average i/w, w <= max_seq_len: one hit at
-    the last of 12 positions is 1/12; at one position the averages are 0/1 and 1/1; at 64
-    positions they are still enumerated, past it not."""
+    the last of 12 positions is 1/12; at one position the averages are 0/1 and 1/1; at 100
+    positions they are still enumerated, past 512 not."""
     frac = _frac(Map(lambda t: 1 if t == 2 else 0, tokens))
     lookup = Map(lambda f: int(f * 1000) % 7, frac)
     _agree(lookup, 1, True, [[2], [0]])
     ones = [[0] * (k - 1) + [2] for k in (1, 2, 11, 12)] + [[2] + [0] * 11, [2, 2] + [0] * 9]
     _agree(lookup, 12, True, ones)
     _agree(lookup, 12, False, ones)
-    _agree(lookup, 64, True, [[0] * 63 + [2], [2] + [0] * 63])
-    with pytest.raises(CompileError, match=re.escape("enumerated only up to max_seq_len = 64 (here 65)")):
-        compile_to_transformer(lookup, VOCAB, 65)
+    _agree(lookup, 100, True, [[0] * 99 + [2], [2] + [0] * 99, [0, 2] * 50])
+    with pytest.raises(CompileError, match=re.escape("enumerated only up to max_seq_len = 512 (here 513)")):
+        compile_to_transformer(lookup, VOCAB, 513)
     wide = _frac(Map(lambda t: 2 * t, tokens))
     with pytest.raises(CompileError, match="whose values are not all in \\{0, 1\\}, so the set of possible "
                                            "averages is not enumerated"):

@@ -107,8 +107,8 @@ def test_an_unknown_value_set_names_its_real_cause():
     mean = numerical(Aggregate(Select(indices, indices, Comparison.LEQ), numerical(tokens), default=0))
     with pytest.raises(CompileError, match=r"not all in \{0, 1\}"):
         compile_to_transformer(Map(lambda v: v > 0.5, mean), [0, 1, 2], 8)
-    with pytest.raises(CompileError, match="max_seq_len = 64 .here 65."):
-        compile_to_transformer(Map(lambda v: v > 0.5, mean), [0, 1], 65)
+    with pytest.raises(CompileError, match="max_seq_len = 512 .here 513."):
+        compile_to_transformer(Map(lambda v: v > 0.5, mean), [0, 1], 513)
 
 
 def test_a_table_over_the_lookup_limit_names_the_limit_and_the_size():

@@ -31,7 +31,8 @@ from rasp.errors import RASPError
 from rasp.evaluate import evaluate
 from rasp.tracr_ops import ConstantSOp
 from rasp.weights.affine import Affine, affine_form, affine_values, fold_chains
-from rasp.weights.selectors import Atom, plan_attention, selection_key, selector_inputs
+from rasp.weights.order import bitwise_width, is_order_width
+from rasp.weights.selectors import Atom, causal_index_constant, plan_attention, selection_key, selector_inputs
 from rasp.weights.values import (CompileError, CompileLimitError, integral, mean_unknown,  # noqa: F401
                                   mean_values, sort_values)
 from rasp.weights.values import unknown as _unknown
@@ -91,6 +92,7 @@ class Program:
                 self.by_uid[expr.uid] = node
         for node in self.nodes:
             self._infer_values(node)
+        self._unroll_order_widths()
         fold_chains(self.nodes, self.by_uid[output.uid], selector_inputs(self.nodes))
         for node in list(self.nodes):
             if node.kind in ("attn", "width"):
@@ -130,6 +132,29 @@ class Program:
         if isinstance(sop, SelectorWidth):
             return Node(sop, label, "width")
         raise CompileError(f"{_op_name(sop)}: no weights for this kind of s-op")
+
+    def _unroll_order_widths(self) -> None:
+        """An order width over more than ``TABLE_MAX`` values becomes a sum of per-bit widths
+        (:mod:`rasp.weights.order`), whose nodes take its place."""
+        for node in list(self.nodes):
+            if node.kind != "width" or not is_order_width(node.sop):
+                continue
+            sel = node.sop.selector
+            key, query = self.by_uid[sel.keys.uid], self.by_uid[sel.queries.uid]
+            if (key.values is None or query.values is None or "tuple" in (key.kind, query.kind)
+                    or max(len(key.values), len(query.values)) <= TABLE_MAX
+                    or causal_index_constant(self, sel) is not None):
+                continue
+            new = bitwise_width(node.sop, key.values, query.values, max(node.values))
+            for expr in walk(new):
+                if isinstance(expr, SOp) and expr.uid not in self.by_uid:
+                    self.derive(expr, node)
+            final = self.by_uid[new.uid]
+            self.nodes.remove(node)
+            for other in self.nodes:
+                other.deps = [final if d is node else d for d in other.deps]
+                other.parts = [final if p is node else p for p in other.parts]
+            self.by_uid[node.sop.uid] = final
 
     def derive(self, sop: SOp, before: Node) -> Node:
         """Add a node for ``sop``, an s-op the compiler builds from the program's own (the tuple

@@ -90,7 +90,7 @@ def binary_nodes(program: Program, unit: float = 2.0 ** -53) -> set[int]:
             if atom.kind != "eq" or copied(atom.key) is None or copied(atom.query) is None:
                 continue
             top = max(abs(program.code(v)) for side in (atom.key, atom.query) for v in side.values)
-            if head_scale(node, program) * top * top >= threshold:
+            if node.kind == "width" or head_scale(node, program) * top * top >= threshold:
                 marked |= {id(n) for side in (atom.key, atom.query) for n in copied(side)}
     return marked
 

@@ -94,7 +94,7 @@ def _atoms(prog: Any, sel: Selector, node: Any) -> list[Atom]:
         return []
     if pred is Comparison.FALSE:
         return [Atom("false", text=sel.label)]
-    constant = _causal_index_constant(prog, sel)
+    constant = causal_index_constant(prog, sel)
     if constant is not None:
         return [] if constant else [Atom("false", text=sel.label)]
     if pred is Comparison.EQ:
@@ -158,7 +158,7 @@ def _picker(uids: list[int]) -> Callable[[int], Callable[[Any], Any]]:
     return lambda uid: (lambda v, i=uids.index(uid): v[i])
 
 
-def _causal_index_constant(prog: Any, sel: Select) -> bool | None:
+def causal_index_constant(prog: Any, sel: Select) -> bool | None:
     """Causal ``Select(indices + a, indices + b, cmp)`` is constant over visible keys j <= i."""
     a, b = sel.keys.index_offset, sel.queries.index_offset
     if not prog.causal or a is None or b is None or not isinstance(sel.predicate, Comparison):
