@@ -57,13 +57,18 @@ def ours(name: str, program, vocab: list, n: int, rng: random.Random) -> dict:
         row["compile_seconds"] = round(time.perf_counter() - start, 3)
     except CompileError as exc:
         return row | {"error": f"{type(exc).__name__}: {str(exc)[:120]}"}
+    except MemoryError as exc:                      # lengthgen's ResourceError names the size
+        return row | {"error": f"{type(exc).__name__}: {str(exc)[:120]}"}
     row.update({k: ct.stats[k] for k in ("layers", "heads", "d_model", "d_mlp", "params")})
     right, lengths = 0, sorted({1, n, max(1, n // 2), max(1, n // 3)})
-    for length in lengths:
-        xs = [rng.choice(vocab) for _ in range(length)]
-        want = list(evaluate(program, xs, causal=False).column(program))
-        got = ct.run(xs)
-        right += all(g == w or (isinstance(w, float) and abs(g - w) <= 1e-9) for g, w in zip(got, want))
+    try:
+        for length in lengths:
+            xs = [rng.choice(vocab) for _ in range(length)]
+            want = list(evaluate(program, xs, causal=False).column(program))
+            got = ct.run(xs)
+            right += all(g == w or (isinstance(w, float) and abs(g - w) <= 1e-9) for g, w in zip(got, want))
+    except MemoryError as exc:
+        return row | {"inputs_right": f"not run ({type(exc).__name__}: {str(exc)[:90]})"}
     return row | {"inputs_right": f"{right}/{len(lengths)}"}
 
 
