@@ -101,7 +101,7 @@ RASP_TESTS = ("tests/test_rasp_weights_heads.py", "tests/test_rasp_weights_api.p
               "tests/test_rasp_weights_strides.py", "tests/test_rasp_weights_or_not.py",
               "tests/test_rasp_weights_shared_means.py",
               "tests/test_rasp_weights_order.py::test_order_widths_over_large_value_sets_count_exactly",
-              "tests/test_rasp_weights_order.py::test_a_small_value_set_keeps_the_table",
+              "tests/test_rasp_weights_order.py::test_widths_count_by_bits_past_128_values",
               "tests/test_rasp_weights_scale.py::test_an_int_and_an_equal_float_select_each_other")
 # the binary-code equalities on small inputs (the 15 000-token compile, 5 s, and the 200-position
 # sorts of tests/test_rasp_weights_order.py, 1-4 s, are left to ``--recheck``)

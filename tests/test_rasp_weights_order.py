@@ -45,13 +45,15 @@ def test_order_widths_over_large_value_sets_count_exactly(monkeypatch, cmp, caus
         assert ct.run(xs) == _interpreter(program, xs, causal), xs
 
 
-def test_a_small_value_set_keeps_the_table(monkeypatch):
+@pytest.mark.parametrize("values, bits", [(128, False), (129, True)])
+def test_widths_count_by_bits_past_128_values(values, bits):
+    """The documented switch: a one-hot table up to 128 values, bits past it."""
     program = SelectorWidth(Select(tokens, tokens, Comparison.LT))
-    assert not any("_bit" in node.label for node in Program(program, INTS, 6, True).nodes)
+    assert any("_bit" in node.label for node in Program(program, list(range(values)), 6, True).nodes) == bits
 
 
 def test_make_sort_past_the_table_limit_sorts_exactly():
-    """1000 keys (5 values x 200 positions), over TABLE_MAX = 512: refused before."""
+    """1000 keys (5 values x 200 positions), over TABLE_MAX = 512: refused before bits."""
     n = 200
     program = lib.make_sort(tokens, tokens, max_seq_len=n, min_key=1)
     ct = compile_to_transformer(program, [1, 2, 3, 4, 5], n, causal=False)

@@ -39,6 +39,7 @@ from rasp.weights.values import unknown as _unknown
 
 ONEHOT_MAX = 32        # categorical value sets up to this size are one-hot (tracr's layout)
 TABLE_MAX = 512        # ... and up to this size when an order/custom predicate needs a table
+ORDER_TABLE_MAX = 128  # a selector width of an order comparison over more values counts by bits
 LOOKUP_MAX = 400_000   # entries of one MLP lookup table (product of its inputs' value sets)
 TUPLE_FUNCS = (lib.tuple_pair, lib.tuple_singleton, lib.tuple_append)
 
@@ -134,15 +135,16 @@ class Program:
         raise CompileError(f"{_op_name(sop)}: no weights for this kind of s-op")
 
     def _unroll_order_widths(self) -> None:
-        """An order width over more than ``TABLE_MAX`` values becomes a sum of per-bit widths
-        (:mod:`rasp.weights.order`), whose nodes take its place."""
+        """An order width over more than ``ORDER_TABLE_MAX`` values becomes a sum of per-bit
+        widths (:mod:`rasp.weights.order`), whose nodes take its place: past about 100 values that
+        is smaller than the one-hot table, whose ``V`` dimensions every layer carries."""
         for node in list(self.nodes):
             if node.kind != "width" or not is_order_width(node.sop):
                 continue
             sel = node.sop.selector
             key, query = self.by_uid[sel.keys.uid], self.by_uid[sel.queries.uid]
             if (key.values is None or query.values is None or "tuple" in (key.kind, query.kind)
-                    or max(len(key.values), len(query.values)) <= TABLE_MAX
+                    or max(len(key.values), len(query.values)) <= min(ORDER_TABLE_MAX, TABLE_MAX)
                     or causal_index_constant(self, sel) is not None):
                 continue
             new = bitwise_width(node.sop, key.values, query.values, max(node.values))
