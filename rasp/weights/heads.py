@@ -74,9 +74,12 @@ def binary_nodes(program: Program, unit: float = 2.0 ** -53) -> set[int]:
     aggregate of one) keeps the quadratic form, which the magnitude guard
     (:mod:`rasp.weights.precision`) still checks. ``BINARY_FROM`` is for float64 weights; for a
     format with unit roundoff ``unit`` the threshold scales with it (``2**11`` for float32), so
-    that the quadratic terms round by the same absolute amount at most.
+    that the quadratic terms round by the same absolute amount at most. A selector width uses bits
+    at any size: its selected keys and BOS must score exactly alike, and an MLP that computes a
+    code interpolates ``c**2`` with an error that grows with ``c``.
     """
     threshold = BINARY_FROM * 2.0 ** -53 / unit
+
     def copied(node: Node) -> list[Node] | None:       # node and what it copies, if all ordinal
         chain = [node]
         while chain[-1].kind == "attn":
