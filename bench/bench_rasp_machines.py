@@ -21,7 +21,7 @@ import sys
 import time
 
 
-def one(states: int, symbols: int, ngram: int | None, tokens: int, seed: int) -> dict:
+def one(states: int, symbols: int, ngram: int | None, tokens: int, seed: int, min_steps: int) -> dict:
     """One row, in this process."""
     import torch
 
@@ -30,8 +30,17 @@ def one(states: int, symbols: int, ngram: int | None, tokens: int, seed: int) ->
     from rasp.turing.transformer import transformer_program
 
     torch.set_num_threads(1)
-    sample = sample_machine(n_states=states, n_symbols=symbols, tape_len=(12, 15), min_steps=8,
-                            max_steps=400, seed=seed, max_tries=20000)
+    from rasp.errors import MachineSpecError
+
+    while True:     # small machines halt soon (2 states, 2 symbols: at most 6 steps), so ask for fewer
+        try:
+            sample = sample_machine(n_states=states, n_symbols=symbols, tape_len=(12, 15), min_steps=min_steps,
+                                    max_steps=1000, seed=seed, max_tries=20_000)
+            break
+        except MachineSpecError:
+            if min_steps == 1:
+                raise
+            min_steps = max(1, min_steps // 2)
     vocab = Vocab.for_machine(sample.machine)
     ref = build_trace(sample.run, vocab)
     premise = min_ngram(split_configs(ref, vocab))
@@ -60,14 +69,16 @@ def main() -> int:
     p.add_argument("--ngrams", type=int, nargs="*", default=[], help="also compile at these orders")
     p.add_argument("--tokens", type=int, default=1000)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--min-steps", type=int, default=60, help="machines that halt after fewer steps are drawn again "
+                   "(60 steps on a 12-15-cell tape: about 10^3 trace tokens), halved while none is found")
     p.add_argument("--json", default=None)
     p.add_argument("--one", nargs=3, type=int, metavar=("STATES", "SYMBOLS", "NGRAM"), help=argparse.SUPPRESS)
     args = p.parse_args()
-    if min(args.states + args.symbols + [args.tokens]) < 1 or any(n < 1 for n in args.ngrams):
+    if min(args.states + args.symbols + [args.tokens, args.min_steps]) < 1 or any(n < 1 for n in args.ngrams):
         p.error("states, symbols, n-gram orders and --tokens must be positive")
     if args.one:
         states, symbols, ngram = args.one
-        print(json.dumps(one(states, symbols, ngram or None, args.tokens, args.seed)))
+        print(json.dumps(one(states, symbols, ngram or None, args.tokens, args.seed, args.min_steps)))
         return 0
     keys = ["states", "symbols", "trace_tokens", "premise_ngram", "ngram", "compile_s", "peak_rss_mb",
             "params", "d_model", "greedy_tokens", "tokens_per_s", "exact"]
@@ -77,7 +88,8 @@ def main() -> int:
         for symbols in args.symbols:
             for ngram in [0, *args.ngrams]:
                 out = subprocess.run([sys.executable, __file__, "--one", str(states), str(symbols), str(ngram),
-                                      "--tokens", str(args.tokens), "--seed", str(args.seed)],
+                                      "--tokens", str(args.tokens), "--seed", str(args.seed),
+                                      "--min-steps", str(args.min_steps)],
                                      capture_output=True, text=True)
                 if out.returncode != 0:
                     print(f"| {states} | {symbols} | failed: {out.stderr.strip().splitlines()[-1][:120]} |")
