@@ -151,6 +151,7 @@ def test_a_failed_certificate_names_its_model_and_arithmetic() -> None:
     two = Transformer(dataclasses.replace(model.cfg, n_layers=2))  # outside the covered shape
     cert = _failed(two, N, None)
     assert (cert.reason, cert.n, cert.d_model, cert.P, cert.dtype) == ("structure", 3, 23, 3, "float64")
+    assert cert.message == "the certificate covers 1-layer, ReLU, LayerNorm-free models with learned positions"
     far = _model(n=6)
     with torch.no_grad():  # IDs 2 and 7 swap position rows: a head reads digits five places apart
         far.pos_embed.W_pos[[2, 7]] = far.pos_embed.W_pos[[7, 2]]
@@ -362,3 +363,81 @@ def test_the_positional_effect_is_the_hard_max_residual_of_the_position_rows() -
         assert np.all(effect.lo - 1e-12 <= want) and np.all(want <= effect.hi + 1e-12), (a, b)
         moved = max(moved, float(np.abs(want - W.W_pos[L.ids[L.queries]]).max()))
     assert moved > 0.1  # the value path of the position rows is really there
+
+
+def test_each_overflow_path_fails_with_reason_float_and_keeps_its_terms(monkeypatch) -> None:
+    """Both ways a float term can leave the finite range end in FAIL (reason "float"), naming the
+    model, the arithmetic and the message of their path, with the float terms kept: float16
+    scores beyond a quarter of its largest value (M = 10^4), and a float term that is not finite
+    although nothing in the forward pass overflowed (made so here by hand)."""
+    big, _ = build_model(n_digits=2, M=1e4, dtype="float16")
+    cert = _failed(big, 2, None)
+    assert (cert.reason, cert.n, cert.d_model, cert.P, cert.dtype) == ("float", 2, 21, 2, "float16")
+    assert re.fullmatch(r"float16 overflow: magnitudes up to 4e\+04 come within 4x of the largest finite "
+                        r"float16 \(6\.55e\+04\)", cert.message), cert.message
+    assert cert.float_terms is not None and cert.float_terms.overflow
+
+    import constructions.addition.certify.margins as margins
+    real = margins.attention_float_terms
+
+    def unbounded(*args, **kwargs):
+        terms = real(*args, **kwargs)
+        terms.resid_error = np.full_like(terms.resid_error, np.inf)
+        return terms
+
+    monkeypatch.setattr(margins, "attention_float_terms", unbounded)
+    cert = _failed(_model(), N, "float32")
+    assert (cert.reason, cert.n, cert.d_model, cert.P, cert.dtype) == ("float", 3, 23, 3, "float32")
+    assert cert.message == "a bound is not finite (overflow in the float term)"
+    assert cert.float_terms is not None and np.isinf(cert.float_terms.resid_error).all()
+
+
+def test_the_spread_part_is_a_quarter_of_expm1_eta_clamped_at_one() -> None:
+    """tv_parts on two classes by hand: η = 0.5 gives (e^0.5 − 1)/4 (rounded up, never less);
+    η = 3 gives (e^3 − 1)/4 = 4.77, clamped at 1 (a total variation is at most 1), and a score
+    perturbation then adds nothing to the spread part: the float part is the leak's growth only."""
+    from types import SimpleNamespace
+
+    from constructions.addition.certify.margins import tv_parts
+
+    hb = SimpleNamespace(log_leak=np.array([-5.0, 1.0]), eta=np.array([0.5, 3.0]))
+    cls = np.array([0, 1])
+    exact = tv_parts(hb, cls, 2, 0.0)
+    quarter = np.expm1(0.5) / 4
+    assert quarter <= exact["spread"][0] <= quarter * (1 + 1e-12)
+    assert exact["spread"][1] == 1.0 and exact["leak"][1] == 1.0
+    assert np.exp(-5.0) <= exact["leak"][0] <= np.exp(-5.0) * (1 + 1e-12)
+    assert exact["float"][1] == 0.0 and 0.0 <= exact["float"][0] <= 1e-15   # outward rounding only
+    moved = tv_parts(hb, cls, 2, 0.1)
+    grown = np.exp(-5.0 + 0.2) - np.exp(-5.0) + np.expm1(0.7) / 4 - quarter
+    assert grown <= moved["float"][0] <= grown * (1 + 1e-9)
+    assert moved["float"][1] == 0.0
+
+
+SMALL_EDITS = ("embed.W_E", "pos_embed.W_pos", "blocks.0.attn.W_V", "blocks.0.attn.b_V", "blocks.0.attn.W_O",
+               "blocks.0.attn.b_O", "blocks.0.mlp.W_in", "blocks.0.mlp.b_in", "blocks.0.mlp.W_out",
+               "blocks.0.mlp.b_out", "unembed.W_U", "unembed.b_U")
+
+
+def _numbers(cert) -> tuple:
+    return (cert.passed, cert.reason, cert.message, cert.slack, repr(cert.heads), repr(cert.deltas),
+            [(c[0], c[1], c[2], repr(c[3])) for c in cert.classes])
+
+
+@pytest.mark.parametrize("which", SMALL_EDITS)
+def test_a_shared_cache_gives_the_fresh_numbers_after_a_small_change(which: str) -> None:
+    """As above, with a change small enough that both models pass (each weight scaled by 1.01, a
+    bias moved by 0.01): every printed number, not only the verdict, is the fresh one. A cache
+    keyed without that weight would hand the second model the first one's positional effect,
+    classes or tables."""
+    cache: dict = {}
+    certify(_model(n=2), 2, "real", cache=cache)
+    model = _model(n=2)
+    with torch.no_grad():
+        param = dict(model.named_parameters())[which]
+        if which.rsplit(".", 1)[1].startswith("b_"):
+            param.add_(0.01)
+        else:
+            param.mul_(1.01)
+    fresh = certify(model, 2, "real")
+    assert _numbers(certify(model, 2, "real", cache=cache)) == _numbers(fresh), which
