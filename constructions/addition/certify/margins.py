@@ -144,7 +144,8 @@ def certify(model: Transformer, n: int, dtype: str | None = None, start: int = S
         mem = hb.members
         fields += [L.role[np.maximum(mem, 0)] * (mem >= 0), np.where(mem >= 0, L.sig[np.maximum(mem, 0)] - k[:, None], 0)]
     effect_key = ("effect", n, start, W.digest("W_pos", "W_V", "W_O", "W_in", "W_U"),
-                  hashlib.sha1(b"".join(hb.members.tobytes() for hb in heads)).hexdigest())
+                  hashlib.sha1(b"".join(np.array(hb.members.shape).tobytes() + hb.members.tobytes()
+                                        for hb in heads)).hexdigest())
     if effect_key not in cache:  # independent of W_Q, W_K once S is known
         resid_pos = position_effect(W, L, heads)
         cache[effect_key] = (I.matmul(resid_pos, W.W_in), I.matmul(resid_pos, W.W_U))
