@@ -109,6 +109,8 @@ RASP_TESTS += tuple(f"tests/test_rasp_weights_binary.py::test_{t}" for t in (
     "the_threshold_is_the_documented_literal", "minus_one_does_not_alias_the_largest_index",
     "the_threshold_is_where_beta_times_the_code_squared_reaches_2_to_the_40",
     "float32_weights_compare_bits_from_terms_of_2_to_the_11", "program_p_in_float32_is_exact",
+    "a_selector_width_compares_ordinal_codes_by_bits_at_any_size",
+    "an_atom_with_a_side_that_cannot_carry_bits_keeps_the_quadratic_form",
     "an_equality_of_large_tokens_compiles_exactly_at_the_default_threshold",
     "an_aggregate_copies_the_bits_of_its_value_and_of_its_default",
     "measured_leak_of_a_binary_equality_is_below_the_documented_bound",

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from rasp import lib
-from rasp.core import Aggregate, Comparison, Full, Map, Select, SelectorWidth, indices, tokens
+from rasp.core import Aggregate, Comparison, Full, Map, Select, SelectorWidth, SequenceMap, indices, tokens
 from rasp.evaluate import evaluate
 from rasp.turing.library import TASKS, sample_machine
 from rasp.turing.machines import Vocab, build_trace, min_ngram, simulate, split_configs
@@ -77,6 +77,34 @@ def test_a_selector_width_compares_ordinal_codes_by_bits_at_any_size():
     assert ct.layout.n_bits == 7
     xs = [39, 3, 39, 38, 3, 0]
     assert ct.run(xs) == _interpreter(program, xs, True)
+
+
+def test_an_atom_with_a_side_that_cannot_carry_bits_keeps_the_quadratic_form():
+    """In one width, ``tokens == fifth`` (``fifth`` one-hot) stays quadratic while ``indices ==
+    shifted`` (both ordinal) goes to bits; in a second program ``tokens`` carries bits from one
+    equality and meets the one-hot ``fifth`` in another, which must stay quadratic too (its
+    query side has no bits to multiply)."""
+    vocab = list(range(40))
+    fifth = Map(lambda t: t % 5, tokens).named("fifth")
+    shifted = Map(lambda i: i, indices).named("shifted")
+    program = SelectorWidth(Select(tokens, fifth, Comparison.LT) & Select(indices, shifted, Comparison.EQ)
+                            & Select(tokens, fifth, Comparison.EQ))
+    ct = compile_to_transformer(program, vocab, 40)
+    nodes = ct.program.by_uid
+    assert ct.layout.binary(nodes[indices.uid]) and ct.layout.binary(nodes[shifted.uid])
+    assert ct.layout.binary(nodes[tokens.uid]) == [] and ct.layout.binary(nodes[fifth.uid]) == []
+    rng = random.Random(2)
+    for _ in range(4):
+        xs = [rng.choice(vocab) for _ in range(rng.randint(1, 40))]
+        assert ct.run(xs) == _interpreter(program, xs, True)
+    both = SequenceMap(lambda a, b: a * 10 + b,
+                       SelectorWidth(Select(tokens, tokens, Comparison.EQ)),
+                       SelectorWidth(Select(tokens, fifth, Comparison.EQ)))
+    ct = compile_to_transformer(both, vocab, 12)
+    assert ct.layout.binary(ct.program.by_uid[tokens.uid])
+    for _ in range(4):
+        xs = [rng.choice(vocab[:8]) for _ in range(rng.randint(1, 12))]
+        assert ct.run(xs) == _interpreter(both, xs, True)
 
 
 def test_minus_one_does_not_alias_the_largest_index(binary_everywhere):

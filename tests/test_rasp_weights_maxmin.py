@@ -84,3 +84,14 @@ def cases(draw):
 def test_max_min_compile_to_the_interpreters_values(case):
     program, vocab, xs, causal, n = case
     _agree(program, vocab, xs, causal, n)
+
+
+@pytest.mark.parametrize("reduce", ["max", "min"])
+def test_one_hot_values_with_gaps_rank_by_position_in_the_value_set(reduce):
+    """One-hot values 0, 7 and 30: the rank is the index in the value set (range 2), not the code
+    (range 30), which would outgrow the scale beta = 2 (40 * 2 + 40) of a rejected key."""
+    value = Map(lambda t: {0: 0, 1: 7, 2: 30}[t], tokens)
+    program = Aggregate(Select(tokens, tokens, Comparison.LT), value, reduce=reduce, default=-1)
+    for xs in ([2, 0, 1, 2, 1], [0, 2, 2, 1, 0, 0], [1, 0]):
+        _agree(program, [0, 1, 2], xs, True, 6)
+        _agree(program, [0, 1, 2], xs, False, 6)

@@ -84,12 +84,11 @@ def binary_nodes(program: Program, unit: float = 2.0 ** -53) -> set[int]:
         chain = [node]
         while chain[-1].kind == "attn":
             chain.append(chain[-1].deps[0])
-        ok = all(n.encoding == "ordinal" and n.kind not in ("linear", "folded") for n in chain)
-        return chain if ok else None
+        return chain if all(n.encoding == "ordinal" for n in chain) else None  # affine s-ops are not
 
     marked: set[int] = set()
     for node in program.nodes:
-        for atom in node.atoms if node.kind in ("attn", "width") else ():
+        for atom in node.atoms:                          # only attention and width nodes have atoms
             if atom.kind != "eq" or copied(atom.key) is None or copied(atom.query) is None:
                 continue
             top = max(abs(program.code(v)) for side in (atom.key, atom.query) for v in side.values)
