@@ -99,7 +99,7 @@ RASP_TESTS = ("tests/test_rasp_weights_heads.py", "tests/test_rasp_weights_api.p
               "tests/test_rasp_weights_compiler.py", "tests/test_rasp_weights_programs.py",
               "tests/test_rasp_weights_graph.py", "tests/test_rasp_weights_affine.py", "tests/test_rasp_weights_maxmin.py",
               "tests/test_rasp_weights_strides.py", "tests/test_rasp_weights_or_not.py",
-              "tests/test_rasp_weights_shared_means.py",
+              "tests/test_rasp_weights_shared_means.py", "tests/test_rasp_weights_compiler_paths.py",
               "tests/test_rasp_weights_order.py::test_order_widths_over_large_value_sets_count_exactly",
               "tests/test_rasp_weights_order.py::test_widths_count_by_bits_past_128_values",
               "tests/test_rasp_weights_scale.py::test_an_int_and_an_equal_float_select_each_other")

@@ -143,7 +143,7 @@ class Program:
                 continue
             sel = node.sop.selector
             key, query = self.by_uid[sel.keys.uid], self.by_uid[sel.queries.uid]
-            if (key.values is None or query.values is None or "tuple" in (key.kind, query.kind)
+            if (key.values is None or query.values is None       # tuples have none either
                     or max(len(key.values), len(query.values)) <= min(ORDER_TABLE_MAX, TABLE_MAX)
                     or causal_index_constant(self, sel) is not None):
                 continue
