@@ -9,7 +9,7 @@ import torch
 from lengthgen.attention import chunked_attention, dense_attention, long_attention
 from lengthgen.weights import load_model, save_model
 from rasp import lib
-from rasp.core import (Aggregate, Comparison, Full, Map, Select, SelectorWidth, SequenceMap,
+from rasp.core import (Aggregate, Comparison, Map, Select, SequenceMap,
                        indices, numerical, tokens)
 from rasp.evaluate import evaluate
 from rasp.tracr_ops import ConstantSelector

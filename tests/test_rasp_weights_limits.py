@@ -8,7 +8,6 @@ limit stays small.
 """
 from __future__ import annotations
 
-import re
 
 import pytest
 
