@@ -124,3 +124,16 @@ def test_means_that_the_shared_list_cannot_cover_fall_back():
         Program(_balance(6, None), VOCAB, 6, True)
     node = next(x for x in Program(_balance(6, 0, (0, 0.5)), VOCAB, 6, True).nodes if x.label == "bal")
     assert node.values is None and "not all in {0, 1}" in node.unknown
+
+
+def test_a_table_width_before_a_bit_width_leaves_the_second_unrolled(monkeypatch):
+    """The unrolling skips a width over few values and goes on to the next one."""
+    monkeypatch.setattr(graph, "TABLE_MAX", 8)
+    small = SelectorWidth(Select(Map(lambda t: t % 3, tokens), Map(lambda t: t % 3, tokens), C.LT))
+    big = SelectorWidth(Select(tokens, tokens, C.LT)).named("big")
+    program = SequenceMap(lambda a, b: a * 100 + b, small, big)
+    prog = Program(program, list(range(20)), 6, True)
+    assert [n.label for n in prog.nodes].index("big_count0") > 0
+    ct = compile_to_transformer(program, list(range(20)), 6)
+    for xs in ([19, 3, 7, 7, 0], [5, 4, 3, 2, 1, 0]):
+        assert ct.run(xs) == _interpreter(program, xs)
