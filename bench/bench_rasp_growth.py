@@ -61,17 +61,14 @@ def measure(program: str, n: int, device: str, seed: int = 0) -> dict:
 
 def measure_turing(n: int, device: str) -> dict:
     """Program P of the addition machine, compiled for a trace of about ``n`` tokens."""
-    from rasp.turing.library import TASKS
-    from rasp.turing.machines import Vocab, build_trace, min_ngram, simulate, split_configs
+    from bench_rasp_weights import machine_trace
     from rasp.turing.transformer import transformer_program
 
     rng = random.Random(0)
     digits = max(1, int(math.sqrt(n)) - 2)
     a, b = ("".join(rng.choice("0123456789") for _ in range(digits)) for _ in range(2))
-    tm, tape = TASKS["addition"].build(f"{a}+{b}")
-    vocab = Vocab.for_machine(tm)
-    ref = build_trace(simulate(tm, tape, 10**7), vocab)
-    compiled = transformer_program(tm, min_ngram(split_configs(ref, vocab))).to_transformer(len(ref))
+    tm, tape, _, ref, ngram = machine_trace("addition", f"{a}+{b}")
+    compiled = transformer_program(tm, ngram).to_transformer(len(ref))
     compiled.compiled.model.to(device)
     start = time.perf_counter()
     exact = compiled.teacher_forced(ref, monitor=False) == ref[len(tape) + 2:]

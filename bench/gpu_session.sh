@@ -46,10 +46,13 @@ timing() {
 # then the whole suite in the time that is left (names kept: -v)
 DEADLINE=$(( $(date +%s) + ${BUDGET_S:-570} ))
 left() { local l=$(( DEADLINE - $(date +%s) )); (( l < $1 )) && echo $(( l > 5 ? l : 5 )) || echo "$1"; }
+gpu_tests() {
+    log "pytest -m gpu"; timeout "$(left 75)" $PY -m pytest -m gpu -v -p no:cacheprovider >"$R/pytest_gpu.log" 2>&1
+    tail -n 3 "$R/pytest_gpu.log"
+}
 leftovers() {
     $PY bench/bench_gpu.py env --out "$R"; save leftovers
-    log "pytest -m gpu"; timeout "$(left 75)" $PY -m pytest -m gpu -v -p no:cacheprovider >"$R/pytest_gpu.log" 2>&1
-    tail -n 3 "$R/pytest_gpu.log"; save leftovers
+    gpu_tests; save leftovers
     log decode; timeout "$(left 120)" $PY bench/bench_gpu.py decode --out "$R" --device $DEV --greedy-timeout 40 \
         --digits $GREEDY_DIGITS; save leftovers
     log addition; timeout "$(left 150)" $PY bench/bench_gpu.py addition --out "$R" --device $DEV --timeout 75 \
@@ -68,8 +71,7 @@ leftovers() {
 # for TRAIN_SECONDS with its evaluation at 50-200 digits
 remaining() {
     $PY bench/bench_gpu.py env --out "$R"; save remaining
-    log "pytest -m gpu"; timeout "$(left 75)" $PY -m pytest -m gpu -v -p no:cacheprovider >"$R/pytest_gpu.log" 2>&1
-    tail -n 3 "$R/pytest_gpu.log"; save remaining
+    gpu_tests; save remaining
     log turing; timeout "$(left 150)" $PY bench/bench_gpu.py turing --out "$R" --device $DEV --greedy-seconds 30 \
         --tokens ${TM_BIG:-100000}; save remaining
     log certify; timeout "$(left 150)" $PY bench/bench_gpu.py certify --out "$R" --devices $DEV --digits ${CERT_DIGITS:-3} --samples 1000 \

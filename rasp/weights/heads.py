@@ -88,12 +88,16 @@ def binary_nodes(program: Program, unit: float = 2.0 ** -53) -> set[int]:
 
     marked: set[int] = set()
     for node in program.nodes:
+        beta = None                                      # the head's scale, once it is needed
         for atom in node.atoms:                          # only attention and width nodes have atoms
             if atom.kind != "eq" or copied(atom.key) is None or copied(atom.query) is None:
                 continue
-            top = max(abs(program.code(v)) for side in (atom.key, atom.query) for v in side.values)
-            if node.kind == "width" or head_scale(node, program) * top * top >= threshold:
-                marked |= {id(n) for side in (atom.key, atom.query) for n in copied(side)}
+            if node.kind != "width":
+                beta = head_scale(node, program) if beta is None else beta
+                top = max(abs(program.code(v)) for side in (atom.key, atom.query) for v in side.values)
+                if beta * top * top < threshold:
+                    continue
+            marked |= {id(n) for side in (atom.key, atom.query) for n in copied(side)}
     return marked
 
 

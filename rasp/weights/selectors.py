@@ -14,6 +14,7 @@ the graph module imports this one.
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -126,10 +127,10 @@ def _table_atom(prog: Any, sel: Selector, node: Any) -> Atom:
     queries = list({e.queries.uid: e.queries for e in selects}.values())
     key = prog.by_uid[_combined(prog, keys, f"{sel.label}_keys", node).uid]
     query = prog.by_uid[_combined(prog, queries, f"{sel.label}_queries", node).uid]
-    pick_key = _picker([k.uid for k in keys])
-    pick_query = _picker([q.uid for q in queries])
+    key_uids, query_uids = [k.uid for k in keys], [q.uid for q in queries]
     pred = getattr(selects[0].predicate, "value", "custom") if len(selects) == 1 else type(sel).__name__
-    predicate = _tree_predicate(sel, lambda leaf: (pick_key(leaf.keys.uid), pick_query(leaf.queries.uid)))
+    predicate = _tree_predicate(sel, lambda leaf: (_reader(key_uids, leaf.keys.uid),
+                                                   _reader(query_uids, leaf.queries.uid)))
     return Atom("table", key, query, predicate=predicate,
                 text=f"{sel.label}: {_text(key)} {pred} {_text(query)} (table)")
 
@@ -143,6 +144,8 @@ def _combined(prog: Any, sops: list[SOp], label: str, before: Any) -> SOp:
     return out
 
 
+# not rasp.lib's tuple_pair/tuple_append: those make tuple views (equality only), and a table needs
+# the tuple as one categorical s-op with its own one-hot values
 def _pair(a: Any, b: Any) -> tuple:
     return (a, b)
 
@@ -151,11 +154,9 @@ def _extend(a: tuple, b: Any) -> tuple:
     return a + (b,)
 
 
-def _picker(uids: list[int]) -> Callable[[int], Callable[[Any], Any]]:
-    """For the s-op ``uid``, the function that reads its value from the combined value."""
-    if len(uids) == 1:
-        return lambda uid: (lambda v: v)
-    return lambda uid: (lambda v, i=uids.index(uid): v[i])
+def _reader(uids: list[int], uid: int) -> Callable[[Any], Any]:
+    """The function that reads the value of the s-op ``uid`` from the combined value of ``uids``."""
+    return (lambda v: v) if len(uids) == 1 else operator.itemgetter(uids.index(uid))
 
 
 def causal_index_constant(prog: Any, sel: Select) -> bool | None:
