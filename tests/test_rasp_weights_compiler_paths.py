@@ -137,3 +137,20 @@ def test_a_table_width_before_a_bit_width_leaves_the_second_unrolled(monkeypatch
     ct = compile_to_transformer(program, list(range(20)), 6)
     for xs in ([19, 3, 7, 7, 0], [5, 4, 3, 2, 1, 0]):
         assert ct.run(xs) == _interpreter(program, xs)
+
+
+def test_a_tuple_keeps_its_other_part_when_its_order_width_is_unrolled(monkeypatch):
+    """(count, t mod 2) with count an order width over 20 values (bits, TABLE_MAX lowered to 8):
+    the unrolled count replaces its own part only. On [9, 4, 7] positions 1 and 2 both have count 1
+    but parities 0 and 1, so the tuple equality selects position 2 alone there (a width of 1 where
+    (count, count) would give 2), and the map of the tuple tells them apart."""
+    monkeypatch.setattr(graph, "TABLE_MAX", 8)
+    count = SelectorWidth(Select(tokens, tokens, C.GT)).named("count")
+    pair = lib.make_pair(count, Map(lambda t: t % 2, tokens)).named("pair")
+    twins = SelectorWidth(Select(pair, pair, C.EQ))
+    program = SequenceMap(lambda a, b: a * 100 + b, Map(lambda p: 2 * p[0] + p[1], pair), twins)
+    ct = compile_to_transformer(program, list(range(20)), 6)
+    assert any(node.label == "count_count4" for node in ct.program.nodes)  # unrolled
+    assert _interpreter(program, [9, 4, 7]) == [101, 201, 301]
+    for xs in ([9, 4, 7], [19, 2, 11, 6, 3, 8], [0, 1, 0, 1]):
+        assert ct.run(xs) == _interpreter(program, xs)
