@@ -80,3 +80,19 @@ def test_a_tuple_over_the_table_limit_is_refused_with_the_limit():
     with pytest.raises(CompileLimitError) as info:
         compile_to_transformer(SelectorWidth(sel), VOCAB, 200)
     assert (info.value.limit_name, info.value.limit) == ("TABLE_MAX", 512)
+
+
+def test_four_s_ops_on_one_side_give_each_partial_tuple_its_own_dimensions():
+    """Keys tokens, indices, parity and half (6 x 6 x 2 x 3 values): the partial tuples (36 and 72
+    values, over ONEHOT_MAX = 32) are ordinal, each with its own two dimensions; the full one (216)
+    is the table's one-hot key. Two partial tuples with one name would make two dimensions
+    'four_keys' and compile nothing."""
+    sel = (Select(tokens, tokens, Comparison.EQ) | Select(indices, tokens, Comparison.LT)
+           | Select(PARITY, tokens, Comparison.GT) | Select(HALF, tokens, Comparison.EQ)).named("four")
+    program = SelectorWidth(sel)
+    ct = compile_to_transformer(program, list(range(6)), 6, causal=False)
+    labels = ct.layout.labels
+    assert {"four_keys0", "four_keys0^2", "four_keys1", "four_keys1^2"} <= set(labels)
+    assert any(label.startswith("four_keys:") for label in labels)
+    for xs in ([5, 0, 3, 1, 2, 4], [0, 0], [2, 5, 1]):
+        assert ct.run(xs) == _interpreter(program, xs, False)
