@@ -119,10 +119,13 @@ RASP_TESTS += tuple(f"tests/test_rasp_weights_binary.py::test_{t}" for t in (
 # The tests of part `multiplication` (the N×2 certificate), cheap and sharp first: PASS at N = 2, every
 # printed bound against the float64 forward pass at N = 2 (blunt M and M near the smallest certified),
 # FAIL where that pass is wrong, FAIL for each reason (hardmax, stability/readout, each structure check),
-# the configurations against Python integers and the overflowing enclosures, about 10 s in all under
-# load. The N = 5, d = 69 cases (the built model, the smallest-M search, M near it: 15-20 s to build
+# the configurations against Python integers and the overflowing enclosures, then the tests written for
+# the survivors of the first runs (step 3 on a one-coordinate residual, the table split, the configurations
+# of the low answer positions against all 10 000 real inputs, the binding unit of check): about 16 s in all
+# under load. The N = 5, d = 69 cases (the built model, the smallest-M search, M near it: 15-20 s to build
 # the MLP tables of the class that reads the whole window) and the unit reading five digits (10 s)
-# would make each surviving mutant cost a minute; ``--recheck`` runs the survivors against them.
+# would make each surviving mutant cost a minute, and the eight bias edits of
+# tests/test_multiplication_certify_mutants.py take 14 s; ``--recheck`` runs the survivors against them.
 _SOUND = "tests/test_multiplication_certify_soundness.py::test_"
 MULTIPLICATION_TESTS = (
     tuple(f"tests/test_multiplication_certify.py::test_{t}" for t in (
@@ -138,7 +141,16 @@ MULTIPLICATION_TESTS = (
     + ("tests/test_multiplication_certify.py::test_reachable_carries_are_those_of_schoolbook_multiplication",
        "tests/test_multiplication_certify.py::test_every_input_is_one_of_the_enumerated_configurations[1]",
        "tests/test_multiplication_certify.py::test_every_input_is_one_of_the_enumerated_configurations[2]",
-       "tests/test_multiplication_certify_overflow.py")
+       "tests/test_multiplication_certify_overflow.py",
+       "tests/test_multiplication_certify.py::test_the_low_answer_positions_enumerate_exactly_the_configurations_of_real_inputs")
+    + tuple(f"tests/test_multiplication_certify_mutants.py::test_{t}" for t in (
+        "a_table_splits_exactly_into_its_constant_and_varying_coordinates",
+        "configurations_share_a_group_where_their_layer3_inputs_round_to_one_grid_point",
+        "a_hard_max_tie_between_two_logits_is_a_fail", "the_part_of_a_layer3_input_that_no_digit_changes_counts_once",
+        "class_descriptions", "a_structure_fail_keeps_n_and_is_false",
+        "a_layer3_unit_at_zero_in_the_hard_max_limit_fails_on_its_sign", "a_layer2_unit_that_reads_no_digit_still_counts",
+        "every_layer2_unit_is_in_one_group", "the_table_of_classes_counts_the_configurations_of_the_low_answer_positions",
+        "check_reports_the_binding_unit_and_logit_pair"))
 )
 
 # The tests of part `multiplication-chain` (margins.py and attention.py: 1153 mutants): the tests written for
