@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
+from lengthgen.packing import packed_rows
 from lengthgen.data import (
     DataError, add_digits, batch_from_operands, check_digits, eval_batch, layout, packed_training_batch,
     parse_digit_range, sample_numbers, table_digits, table_size, training_batch,
@@ -97,37 +98,68 @@ def split_problems(tokens: np.ndarray) -> list[tuple[int, int]]:
     return [(i, j) for i, j in zip(dollars, dollars[1:]) if j > i + 1]
 
 
+def check_packed_rows(b, max_problems: int, max_id: int) -> tuple[list[int], int]:
+    """Every row holds 1..max_problems correct additions, each with its own coupled IDs and the
+    loss on its answer and final $, the ID ranges disjoint, at least 2 apart, inside 1..max_id.
+    Returns the number of problems per row and the widest ID distance between two problems."""
+    counts, max_gap = [], 0
+    assert b.pos_ids.min() >= 0 and b.pos_ids.max() <= max_id
+    for row in range(len(b.tokens)):
+        spans = split_problems(b.tokens[row])
+        assert 1 <= len(spans) <= max_problems
+        ranges = []
+        for i, j in spans:  # each problem: a correct sum, its own coupled IDs, loss on c and the final $
+            text = ADDITION.decode(b.tokens[row, i : j + 1])
+            x, rest = text[1:].split("+")
+            y, ans = rest.split("=")
+            n = len(x)
+            assert len(y) == n <= 5 and int(ans[:-1][::-1]) == int(x) + int(y)
+            s = int(b.pos_ids[row, i + 1])
+            ids = coupled_addition_ids(n, s)
+            assert (b.pos_ids[row, i + 1 : j] == ids[1:-1]).all()
+            assert b.loss_mask[row, j - n - 2 : j].all() and not b.loss_mask[row, i : j - n - 2].any()
+            ranges.append((s - 1, s + n))
+        assert b.loss_mask[row].sum() == sum(hi - lo + 1 for lo, hi in ranges)  # n + 2 per problem
+        assert not b.loss_mask[row, spans[-1][1]:].any()
+        assert (b.tokens[row, spans[-1][1]:] == ADDITION.EOS).all() and (b.pos_ids[row, spans[-1][1]:] == 0).all()
+        ranges.sort()
+        assert ranges[0][0] >= 1 and ranges[-1][1] <= max_id
+        assert all(lo2 - hi1 >= 2 for (_, hi1), (lo2, _) in zip(ranges, ranges[1:]))  # disjoint, 2 apart
+        counts.append(len(ranges))
+        if len(ranges) > 1:
+            max_gap = max(max_gap, ranges[-1][1] - ranges[0][0])
+    return counts, max_gap
+
+
 def test_packed_training_batch_rows_are_one_or_two_correct_additions():
     rng = np.random.default_rng(3)
-    packed_rows = max_gap = 0
+    counts, max_gap = [], 0
     for _ in range(10):
-        b = packed_training_batch(rng, 128, 1, 5, n_ctx=18, pack=0.5)
-        assert b.pos_ids.min() >= 0 and b.pos_ids.max() <= 17
-        for row in range(len(b.tokens)):
-            spans = split_problems(b.tokens[row])
-            assert len(spans) in (1, 2)
-            ranges = []
-            for i, j in spans:  # each problem: a correct sum, its own coupled IDs, loss on c and the final $
-                text = ADDITION.decode(b.tokens[row, i : j + 1])
-                x, rest = text[1:].split("+")
-                y, ans = rest.split("=")
-                n = len(x)
-                assert len(y) == n <= 5 and int(ans[:-1][::-1]) == int(x) + int(y)
-                s = int(b.pos_ids[row, i + 1])
-                ids = coupled_addition_ids(n, s)
-                assert (b.pos_ids[row, i + 1 : j] == ids[1:-1]).all()
-                assert b.loss_mask[row, j - n - 2 : j].all() and not b.loss_mask[row, i : j - n - 2].any()
-                ranges.append((s - 1, s + n))
-            assert b.loss_mask[row].sum() == sum(hi - lo + 1 for lo, hi in ranges)  # n + 2 per problem
-            assert not b.loss_mask[row, spans[-1][1]:].any()
-            assert (b.tokens[row, spans[-1][1]:] == ADDITION.EOS).all() and (b.pos_ids[row, spans[-1][1]:] == 0).all()
-            if len(ranges) == 2:  # disjoint ID ranges, at least 2 apart, inside 1..17
-                packed_rows += 1
-                (lo1, hi1), (lo2, hi2) = sorted(ranges)
-                assert lo1 >= 1 and hi2 <= 17 and lo2 - hi1 >= 2
-                max_gap = max(max_gap, hi2 - lo1)
-    assert 0.4 < packed_rows / 1280 < 0.6
+        c, g = check_packed_rows(packed_training_batch(rng, 128, 1, 5, n_ctx=18, pack=0.5), 2, 17)
+        counts, max_gap = counts + c, max(max_gap, g)
+    assert 0.4 < counts.count(2) / 1280 < 0.6
     assert max_gap >= 15  # far-apart IDs do meet
+
+
+def test_rows_packed_with_up_to_five_problems_are_correct_additions_in_every_order():
+    rng = np.random.default_rng(4)
+    counts, max_gap, orders = [], 0, set()
+    for _ in range(6):
+        b = packed_rows(rng, 128, 1, 5, n_ctx=53, pack=0.75, problems=5)
+        c, g = check_packed_rows(b, 5, 52)
+        counts, max_gap = counts + c, max(max_gap, g)
+        for row in np.nonzero(np.array(c) >= 3)[0]:  # the order of the ID ranges along the ID axis
+            starts = [int(b.pos_ids[row, i + 1]) for i, _ in split_problems(b.tokens[row])]
+            orders.add(tuple(np.argsort(starts[:3])))
+    assert 0.2 < counts.count(1) / len(counts) < 0.3                 # 1 - pack
+    assert all(counts.count(k) > 0.1 * len(counts) for k in (2, 3, 4, 5))  # k uniform on 2..5
+    assert max_gap >= 45 and len(orders) == 6                        # far IDs meet; ranges in any order
+
+
+def test_rows_of_many_problems_refuse_a_table_too_small():
+    with pytest.raises(DataError, match="max-digits"):
+        packed_rows(np.random.default_rng(0), 4, 1, 5, n_ctx=40, pack=1.0, problems=5)  # needs 43 IDs
+    packed_rows(np.random.default_rng(0), 4, 1, 5, n_ctx=44, pack=1.0, problems=5)    # 43 fit
 
 
 def test_packed_training_batch_refuses_a_table_too_small():

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import data
+from . import data, packing
 from .data import Batch, DataError, check_scheme
 from .tasks import get_task
 
@@ -122,9 +122,12 @@ def _starts(task_name: str, rng: np.random.Generator, n: np.ndarray, n_ctx: int,
 
 
 def training_batch(task_name: str, rng: np.random.Generator, batch_size: int, lo: int, hi: int, scheme: str,
-                   n_ctx: int, pack: float = 0.0) -> Batch:
-    """A fresh training batch of ``task_name`` (operand lengths uniform on ``lo..hi``)."""
+                   n_ctx: int, pack: float = 0.0, pack_problems: int = 2) -> Batch:
+    """A fresh training batch of ``task_name`` (operand lengths uniform on ``lo..hi``); addition
+    rows may hold up to ``pack_problems`` additions (``pack``: the fraction of rows packed)."""
     if task_name == "addition":
+        if pack and pack_problems > 2:
+            return packing.packed_rows(rng, batch_size, lo, hi, n_ctx, pack, pack_problems)
         if pack:
             return data.packed_training_batch(rng, batch_size, lo, hi, n_ctx, pack)
         return data.training_batch(rng, batch_size, lo, hi, scheme, n_ctx)

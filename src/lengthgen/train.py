@@ -176,7 +176,8 @@ def train(cfg: TrainConfig, out: Path, *, resume: bool = False, stop_after: int 
     try:
         with _StopFlag() as stop:
             while step < cfg.steps:
-                batch = task_batches.training_batch(cfg.task, rng, cfg.batch_size, lo, hi, cfg.positions, n_ctx, cfg.pack)
+                batch = task_batches.training_batch(cfg.task, rng, cfg.batch_size, lo, hi, cfg.positions, n_ctx, cfg.pack,
+                                                    cfg.pack_problems)
                 tokens, pos, mask = (None if t is None else world.shard(t) for t in batch.to_torch(here))
                 lr = lr_at(step, cfg)
                 for group in opt.param_groups:
@@ -280,6 +281,9 @@ def parser() -> OneLineParser:
     p.add_argument("--pack", type=float, default=d.pack,
                    help="addition only: fraction (0-1) of coupled training rows that hold two additions with disjoint "
                         "ID ranges, so far-apart IDs meet in training (not in the paper; docs/training.md)")
+    p.add_argument("--pack-problems", type=int, default=d.pack_problems, metavar="K",
+                   help="addition only: a packed row holds 2 to K additions (K >= 3 lets queries meet many more "
+                        "far keys; docs/training.md)")
     p.add_argument("--out", required=True, help="run directory (e.g. runs/NAME)")
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out with its stored settings (a flag that contradicts them is refused)")

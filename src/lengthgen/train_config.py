@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from . import task_batches
+from . import packing
 from .data import DataError, SCHEMES, check_pack_fits, parse_digit_range
 from .init import init_weights_, sinusoidal_table
 from .model import Annotations, Transformer, TransformerConfig
@@ -56,6 +57,7 @@ class TrainConfig:
     val_samples: int = 200
     keep_best: bool = False  # keep the weights with the lowest validation loss at the longest val length
     pack: float = 0.0  # fraction of coupled training rows holding two additions (data.packed_training_batch)
+    pack_problems: int = 2  # most additions in one packed row (3 or more: lengthgen.packing.packed_rows)
 
     def validate(self) -> None:
         get_task(self.task)
@@ -87,8 +89,14 @@ class TrainConfig:
             raise DataError("--pack is a fraction of the training rows: 0 <= pack <= 1")
         if self.pack and self.positions != "coupled":
             raise DataError("--pack needs --positions coupled (two problems get disjoint coupled ID ranges)")
+        if self.pack_problems < 2:
+            raise DataError(f"--pack-problems is the most additions in one packed row: at least 2, got {self.pack_problems}")
+        if self.pack_problems > 2 and not self.pack:
+            raise DataError("--pack-problems needs --pack F > 0 (the fraction of rows that are packed)")
         if self.pack:
-            check_pack_fits(hi, task_batches.table_size(self.task, self.positions, self.max_digits))
+            table = task_batches.table_size(self.task, self.positions, self.max_digits)
+            check_pack_fits(hi, table)
+            packing.check_fits(hi, table, self.pack_problems)
         if self.positions == "hard-alibi" and self.window < 1:
             raise DataError("--window must be at least 1")
 
