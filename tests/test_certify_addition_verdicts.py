@@ -51,7 +51,8 @@ def test_a_slack_between_one_and_two_passes() -> None:
     assert 1 < cert.slack < 2 and cert.passed is True and cert.reason == "", cert.message
 
 
-FAILURE = re.compile(r"(?P<cls>query [^:]+: [^:]+): (?P<where>.+) \((?:gap|min \|pre-activation\|) (?P<margin>[0-9.e+-]+)\) "
+FAILURE = re.compile(r"(?P<cls>query [^:]+: [^:]+): (?P<where>.+) "
+                     r"\((?:gap|min \|pre-activation\|) (?P<margin>[0-9.e+-]+)\) "
                      r"needs more than its margin allows \(slack ×(?P<slack>[0-9.e+-]+)\); "
                      r"the requirement is mostly (?P<src>\w+) \((?P<parts>[^()]*)\)")
 
