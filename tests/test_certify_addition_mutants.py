@@ -158,6 +158,7 @@ def test_a_failed_certificate_names_its_model_and_arithmetic() -> None:
     cert = _failed(far, 6, "real")
     assert (cert.reason, cert.n, cert.d_model, cert.P, cert.dtype) == ("structure", 6, 23, 3, "real")
     assert cert.message.startswith("query ") and " reads significances " in cert.message
+    assert cert.float_terms is not None and cert.float_terms.score_error == 0  # real arithmetic: zero terms
     wrong = _model()
     with torch.no_grad():  # '$' beats every digit by 10 at the hard-max limit
         wrong.unembed.b_U[ADDITION.EOS] += 1e3
