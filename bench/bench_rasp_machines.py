@@ -9,7 +9,7 @@ seconds, peak resident memory, parameters, and greedy decoding's tokens per seco
 over the first ``--tokens`` tokens, checked token for token against the machine simulator.
 
     python bench/bench_rasp_machines.py [--states 2 4 8] [--symbols 2 4 8] [--ngrams 8 16]
-        [--tokens 1000] [--json PATH]
+        [--tokens 1000] [--onehot-max 32] [--json PATH]
 """
 from __future__ import annotations
 
@@ -20,8 +20,11 @@ import subprocess
 import sys
 import time
 
+from rasp.weights.graph import ONEHOT_MAX
 
-def one(states: int, symbols: int, ngram: int | None, tokens: int, seed: int, min_steps: int) -> dict:
+
+def one(states: int, symbols: int, ngram: int | None, tokens: int, seed: int, min_steps: int,
+        onehot_max: int) -> dict:
     """One row, in this process."""
     import torch
 
@@ -46,7 +49,7 @@ def one(states: int, symbols: int, ngram: int | None, tokens: int, seed: int, mi
     premise = min_ngram(split_configs(ref, vocab))
     n = max(premise, ngram or 0)
     start = time.perf_counter()
-    compiled = transformer_program(sample.machine, n).to_transformer(len(ref))
+    compiled = transformer_program(sample.machine, n).to_transformer(len(ref), onehot_max=onehot_max)
     compile_s = time.perf_counter() - start
     L = len(sample.tape)
     budget = min(len(ref), L + 2 + tokens)
@@ -68,6 +71,9 @@ def main() -> int:
     p.add_argument("--symbols", type=int, nargs="+", default=[2, 4, 8])
     p.add_argument("--ngrams", type=int, nargs="*", default=[], help="also compile at these orders")
     p.add_argument("--tokens", type=int, default=1000)
+    p.add_argument("--onehot-max", type=int, default=ONEHOT_MAX,
+                   help="categorical s-ops with more values hold integer codes (0: all of them; "
+                        f"default {ONEHOT_MAX}, tracr's one-hot layout up to there)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--min-steps", type=int, default=60, help="machines that halt after fewer steps are drawn again "
                    "(60 steps on a 12-15-cell tape: about 10^3 trace tokens), halved while none is found")
@@ -76,9 +82,12 @@ def main() -> int:
     args = p.parse_args()
     if min(args.states + args.symbols + [args.tokens, args.min_steps]) < 1 or any(n < 1 for n in args.ngrams):
         p.error("states, symbols, n-gram orders and --tokens must be positive")
+    if args.onehot_max < 0:
+        p.error("--onehot-max must be >= 0")
     if args.one:
         states, symbols, ngram = args.one
-        print(json.dumps(one(states, symbols, ngram or None, args.tokens, args.seed, args.min_steps)))
+        print(json.dumps(one(states, symbols, ngram or None, args.tokens, args.seed, args.min_steps,
+                             args.onehot_max)))
         return 0
     keys = ["states", "symbols", "trace_tokens", "premise_ngram", "ngram", "compile_s", "peak_rss_mb",
             "params", "d_model", "greedy_tokens", "tokens_per_s", "exact"]
@@ -89,7 +98,7 @@ def main() -> int:
             for ngram in [0, *args.ngrams]:
                 out = subprocess.run([sys.executable, __file__, "--one", str(states), str(symbols), str(ngram),
                                       "--tokens", str(args.tokens), "--seed", str(args.seed),
-                                      "--min-steps", str(args.min_steps)],
+                                      "--min-steps", str(args.min_steps), "--onehot-max", str(args.onehot_max)],
                                      capture_output=True, text=True)
                 if out.returncode != 0:
                     print(f"| {states} | {symbols} | failed: {out.stderr.strip().splitlines()[-1][:120]} |")
@@ -101,7 +110,8 @@ def main() -> int:
                 print("| " + " | ".join(str(row[k]) for k in keys) + " |", flush=True)
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"tokens": args.tokens, "seed": args.seed, "rows": rows}, fh, indent=1)
+            json.dump({"tokens": args.tokens, "seed": args.seed, "onehot_max": args.onehot_max, "rows": rows}, fh,
+                      indent=1)
     return 0
 
 

@@ -7,10 +7,11 @@ from rasp.evaluate import evaluate
 from rasp.weights import compile_to_transformer
 
 
-def assert_compiled_agrees(program, vocab: list, n: int, causal: bool, inputs: list[list]):
-    """Compile ``program`` for ``n`` positions and check its output on every input: equal for
-    categorical outputs, within 1e-9 for numerical ones. Returns the compiled transformer."""
-    ct = compile_to_transformer(program, vocab, n, causal=causal)
+def assert_compiled_agrees(program, vocab: list, n: int, causal: bool, inputs: list[list], **options):
+    """Compile ``program`` for ``n`` positions (``options``: more keywords of
+    ``compile_to_transformer``) and check its output on every input: equal for categorical outputs,
+    within 1e-9 for numerical ones. Returns the compiled transformer."""
+    ct = compile_to_transformer(program, vocab, n, causal=causal, **options)
     for xs in inputs:
         want = list(evaluate(program, xs, causal=causal, fast=False).column(program))
         got = ct.run(xs)

@@ -77,10 +77,12 @@ class Node:
 class Program:
     """The analysed program: nodes in topological order and the global integer codes."""
 
-    def __init__(self, output: SOp, vocab: Sequence[Any], max_seq_len: int, causal: bool) -> None:
+    def __init__(self, output: SOp, vocab: Sequence[Any], max_seq_len: int, causal: bool,
+                 onehot_max: int = ONEHOT_MAX) -> None:
         if not isinstance(output, SOp):
             raise CompileError(f"a program is an s-op, got {output!r}")
         self.output_sop, self.vocab, self.n, self.causal = output, list(vocab), max_seq_len, causal
+        self.onehot_max = onehot_max
         self.nodes: list[Node] = []
         self.by_uid: dict[int, Node] = {}
         labels: set[str] = set()
@@ -315,7 +317,7 @@ class Program:
                                        "numerical s-op is not compiled (make it categorical)")
             else:
                 size = len(node.values)
-                small = size <= ONEHOT_MAX or (node.needs_table and size <= TABLE_MAX)
+                small = size <= self.onehot_max or (node.needs_table and size <= TABLE_MAX)
                 node.encoding = "onehot" if small else "ordinal"
                 if node.needs_table and not small:
                     raise CompileLimitError(

@@ -1,0 +1,66 @@
+"""``onehot_max``: categorical s-ops as integer codes instead of one-hot dimensions.
+
+With ``onehot_max=0`` every categorical s-op that no order or custom comparison reads holds an
+integer code (two residual dimensions, docs/turing-programs.md "Residual layout"). Every program
+of the other compiler tests must still equal the interpreter, and program P must match the
+machine simulator while shrinking (the n-gram cells of a 4-state, 4-symbol machine: 23 tokens).
+"""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from rasp.weights.graph import CompileError
+from rasp.turing.library import sample_machine
+from rasp.turing.machines import Vocab, build_trace
+from rasp.turing.transformer import transformer_program
+from rasp.weights import compile_to_transformer
+from rasp.core import tokens
+from tests.rasp_weights_checks import assert_compiled_agrees
+from tests.test_rasp_tracr_lib import PROGRAMS as TRACR_PROGRAMS
+from tests.test_rasp_weights_programs import PROGRAMS, VOCAB
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+@pytest.mark.parametrize("causal", [False, True])
+def test_every_program_equals_the_interpreter_with_codes_only(name: str, causal: bool):
+    if name == "length" and not causal or name == "sort_unique" and causal:
+        pytest.skip("defined for the other attention direction only")
+    rng = random.Random(7)
+    inputs = [[rng.choice(VOCAB) for _ in range(k)] for k in (1, 2, 5, 9, 12, 12)]
+    if name == "sort_unique":
+        inputs = [rng.sample(VOCAB, k) for k in (1, 2, 3, 4, 4)]
+    ct = assert_compiled_agrees(PROGRAMS[name](), VOCAB, 12, causal, inputs, onehot_max=0)
+    one_hot = [n.label for n in ct.program.nodes if n.encoding == "onehot" and not n.needs_table
+               and not (n.kind == "attn" and n.deps[0].encoding == "onehot")]  # an aggregate copies its value's kind
+    assert one_hot == [], f"one-hot s-ops left with onehot_max=0: {one_hot}"
+
+
+@pytest.mark.parametrize("name", sorted(TRACR_PROGRAMS))
+def test_tracr_library_programs_equal_the_interpreter_with_codes_only(name: str):
+    build, vocab = TRACR_PROGRAMS[name]
+    rng = random.Random(3)
+    for causal in (False, True):
+        inputs = [[rng.choice(vocab) for _ in range(k)] for k in (1, 3, 6, 10, 10)]
+        assert_compiled_agrees(build(10), vocab, 10, causal, inputs, onehot_max=0)
+
+
+def test_program_p_with_coded_cells_matches_the_simulator_and_is_narrower():
+    sample = sample_machine(n_states=4, n_symbols=4, tape_len=(8, 10), min_steps=20, max_steps=400, seed=1)
+    vocab = Vocab.for_machine(sample.machine)
+    assert vocab.size <= 32                       # so that the default layout makes its tokens one-hot
+    ref = build_trace(sample.run, vocab)
+    program = transformer_program(sample.machine, 8)
+    wide = program.to_transformer(len(ref), onehot_max=32)
+    narrow = program.to_transformer(len(ref), onehot_max=0)
+    assert narrow.compiled.stats["d_model"] * 2 < wide.compiled.stats["d_model"]
+    start = len(sample.tape) + 2
+    assert narrow.greedy(ref[:start], len(ref), monitor=False) == ref
+    assert wide.greedy(ref[:start], len(ref), monitor=False) == ref
+
+
+@pytest.mark.parametrize("bad", [-1, 2.5, True, "32"])
+def test_onehot_max_must_be_a_count(bad):
+    with pytest.raises(CompileError, match="onehot_max must be an integer >= 0"):
+        compile_to_transformer(tokens, VOCAB, 4, onehot_max=bad)
