@@ -9,7 +9,7 @@ seconds, peak resident memory, parameters, and greedy decoding's tokens per seco
 over the first ``--tokens`` tokens, checked token for token against the machine simulator.
 
     python bench/bench_rasp_machines.py [--states 2 4 8] [--symbols 2 4 8] [--ngrams 8 16]
-        [--tokens 1000] [--onehot-max 32] [--json PATH]
+        [--tokens 1000] [--onehot-max 32 0] [--json PATH]
 """
 from __future__ import annotations
 
@@ -71,9 +71,9 @@ def main() -> int:
     p.add_argument("--symbols", type=int, nargs="+", default=[2, 4, 8])
     p.add_argument("--ngrams", type=int, nargs="*", default=[], help="also compile at these orders")
     p.add_argument("--tokens", type=int, default=1000)
-    p.add_argument("--onehot-max", type=int, default=ONEHOT_MAX,
-                   help="categorical s-ops with more values hold integer codes (0: all of them; "
-                        f"default {ONEHOT_MAX}, tracr's one-hot layout up to there)")
+    p.add_argument("--onehot-max", type=int, nargs="+", default=[ONEHOT_MAX],
+                   help="categorical s-ops with more values hold integer codes (0: all of them; default "
+                        f"{ONEHOT_MAX}, tracr's one-hot layout up to there); several values: one row each, side by side")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--min-steps", type=int, default=60, help="machines that halt after fewer steps are drawn again "
                    "(60 steps on a 12-15-cell tape: about 10^3 trace tokens), halved while none is found")
@@ -82,36 +82,36 @@ def main() -> int:
     args = p.parse_args()
     if min(args.states + args.symbols + [args.tokens, args.min_steps]) < 1 or any(n < 1 for n in args.ngrams):
         p.error("states, symbols, n-gram orders and --tokens must be positive")
-    if args.onehot_max < 0:
+    if min(args.onehot_max) < 0:
         p.error("--onehot-max must be >= 0")
     if args.one:
         states, symbols, ngram = args.one
         print(json.dumps(one(states, symbols, ngram or None, args.tokens, args.seed, args.min_steps,
-                             args.onehot_max)))
+                             args.onehot_max[0])))
         return 0
-    keys = ["states", "symbols", "trace_tokens", "premise_ngram", "ngram", "compile_s", "peak_rss_mb",
+    keys = ["states", "symbols", "trace_tokens", "premise_ngram", "ngram", "onehot_max", "compile_s", "peak_rss_mb",
             "params", "d_model", "greedy_tokens", "tokens_per_s", "exact"]
     print("| " + " | ".join(keys) + " |\n|" + "---|" * len(keys))
     rows = []
     for states in args.states:
         for symbols in args.symbols:
             for ngram in [0, *args.ngrams]:
-                out = subprocess.run([sys.executable, __file__, "--one", str(states), str(symbols), str(ngram),
-                                      "--tokens", str(args.tokens), "--seed", str(args.seed),
-                                      "--min-steps", str(args.min_steps), "--onehot-max", str(args.onehot_max)],
-                                     capture_output=True, text=True)
-                if out.returncode != 0:
-                    print(f"| {states} | {symbols} | failed: {out.stderr.strip().splitlines()[-1][:120]} |")
-                    continue
-                row = json.loads(out.stdout.strip().splitlines()[-1])
-                if ngram and ngram <= row["premise_ngram"]:
-                    continue                                # the premise's order is already a row
-                rows.append(row)
-                print("| " + " | ".join(str(row[k]) for k in keys) + " |", flush=True)
+                for onehot_max in args.onehot_max:
+                    out = subprocess.run([sys.executable, __file__, "--one", str(states), str(symbols), str(ngram),
+                                          "--tokens", str(args.tokens), "--seed", str(args.seed),
+                                          "--min-steps", str(args.min_steps), "--onehot-max", str(onehot_max)],
+                                         capture_output=True, text=True)
+                    if out.returncode != 0:
+                        print(f"| {states} | {symbols} | failed: {out.stderr.strip().splitlines()[-1][:120]} |")
+                        continue
+                    row = json.loads(out.stdout.strip().splitlines()[-1])
+                    if ngram and ngram <= row["premise_ngram"]:
+                        continue                            # the premise's order is already a row
+                    rows.append({**row, "onehot_max": onehot_max})
+                    print("| " + " | ".join(str(row.get(k, onehot_max)) for k in keys) + " |", flush=True)
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"tokens": args.tokens, "seed": args.seed, "onehot_max": args.onehot_max, "rows": rows}, fh,
-                      indent=1)
+            json.dump({"tokens": args.tokens, "seed": args.seed, "rows": rows}, fh, indent=1)
     return 0
 
 
