@@ -44,18 +44,15 @@ def _groups(st: State, layer: int, W_out: np.ndarray, b_out: np.ndarray) -> dict
         dims = [x for x in st.layout.dims[id(node)] if node.kind != "width" or x != st.layout.scratch(node)]
         groups[id(node)] = (node, [], dims)
 
-    def group_of(dims: np.ndarray, what: str):
+    def group_of(dims: np.ndarray, what: str) -> list[int]:
         owners = st.owners(dims)
-        if any(st.owner[x] is None for x in dims) or len(owners) != 1 or id(owners[0]) not in groups:
-            label = st.layout.labels[int(next((x for x in dims if st.owner[x] is None
-                                              or id(st.owner[x]) not in groups), dims[0]))]
+        node = owners[0] if len(owners) == 1 and all(st.owner[x] is not None for x in dims) else None
+        if node is None or id(node) not in groups or not set(dims.tolist()) <= set(groups[id(node)][2]):
+            mine = set(groups[id(node)][2]) if node is not None and id(node) in groups else set()
+            label = st.layout.labels[int(next((x for x in dims if x not in mine), dims[0]))]
             raise Fail("structure", f"layer {layer} MLP: {what} writes {label!r}, which is not the "
                                     f"value of one s-op computed by this MLP")
-        node, units, gdims = groups[id(owners[0])]
-        if not set(dims.tolist()) <= set(gdims):
-            raise Fail("structure", f"layer {layer} MLP: {what} writes the scratch dimension of "
-                                    f"{node.label!r}")
-        return units
+        return groups[id(node)][1]
 
     for u in np.nonzero(np.any(W_out != 0, axis=1))[0]:
         group_of(np.nonzero(W_out[u])[0], f"unit {u}").append(int(u))
