@@ -114,14 +114,62 @@ def enclose(X: I.Iv, W_in: np.ndarray, b_in: np.ndarray, W_out: np.ndarray, b_ou
     for s in range(0, X.shape[0], rows):
         act = pre.lo[s:s + rows] >= 0
         mid = (pre.hi[s:s + rows] > 0) & ~act
-        M = I.matmul(W_in[None] * act[:, None, :], W_out)                   # [r, d_in, d_out]
-        c = I.matmul(b_in[None] * act, W_out)                                # [r, d_out]
+        M, c = _active_maps(act, W_in, b_in, W_out)
         x = X[s:s + rows]
         lin = I.matmul(I.Iv(x.lo[:, None, :], x.hi[:, None, :]), M)          # [r, 1, d_out]
         tail = I.matmul(I.Iv(np.zeros_like(mid, dtype=float), np.where(mid, pre.hi[s:s + rows], 0.0)), W_out)
         res = I.Iv(lin.lo[:, 0], lin.hi[:, 0]) + c + tail + b_out
         out_lo[s:s + rows], out_hi[s:s + rows] = res.lo, res.hi
     return I.Iv(out_lo, out_hi)
+
+
+SPLIT = 134217729.0          # 2^27 + 1, Veltkamp's splitting constant for float64
+
+
+def _two_product(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Dekker's TwoProduct: ``p + e == a*b`` exactly (no overflow or underflow: checked by the caller)."""
+    p = a * b
+    ca, cb = SPLIT * a, SPLIT * b
+    ah, bh = ca - (ca - a), cb - (cb - b)
+    al, bl = a - ah, b - bh
+    return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
+
+
+def _sum(x: np.ndarray) -> I.Iv:
+    """Enclosure of the exact sum of ``x`` along axis 1: a pairwise tree of Knuth's TwoSum
+    (``s + t == a + b`` exactly) leaves one float plus the exact errors ``t``, whose sum is
+    enclosed by :meth:`Iv.sum` (Higham's bound), so the radius is about ``u`` times the errors,
+    not ``u`` times the terms (compensated summation, Ogita, Rump and Oishi 2005)."""
+    errs = []
+    while x.shape[1] > 1:
+        if x.shape[1] % 2:
+            x = np.concatenate([x, np.zeros_like(x[:, :1])], axis=1)
+        a, b = x[:, 0::2], x[:, 1::2]
+        s = a + b
+        bb = s - a
+        errs.append((a - (s - bb)) + (b - bb))
+        x = s
+    rest = I.Iv.exact(np.concatenate(errs, axis=1) if errs else np.zeros_like(x)).sum(axis=1)
+    return rest + x[:, 0]
+
+
+def _active_maps(act: np.ndarray, W_in: np.ndarray, b_in: np.ndarray, W_out: np.ndarray) -> tuple[I.Iv, I.Iv]:
+    """``M_r = W_in[:, A_r] W_out[A_r]`` and ``c_r = b_in[A_r] W_out[A_r]`` for each row's active
+    units, enclosed with error-free products and compensated sums: a table's slope changes cancel
+    in these sums, and plain interval products would be as wide as ``u`` times their sizes."""
+    A = np.concatenate([W_in, b_in[None]], axis=0)                       # [d_in + 1, U]
+    a, b = np.broadcast_arrays(A.T[:, :, None], W_out[:, None, :])        # [U, d_in + 1, d_out]
+    nz = (a != 0) & (b != 0)
+    big, small = 2.0 ** 900, 2.0 ** -900
+    if np.any(np.abs(A) > big) or np.any(np.abs(W_out) > big) or np.any(nz & (np.abs(a * b) < small)):
+        M = I.matmul(W_in[None] * act[:, None, :], W_out)
+        return M, I.matmul(b_in[None] * act, W_out)
+    p, e = _two_product(a, b)
+    p, e = np.where(nz, p, 0.0).reshape(len(p), -1), np.where(nz, e, 0.0).reshape(len(e), -1)
+    total = _sum(act[:, :, None] * p[None]) + I.Iv.exact(act[:, :, None] * e[None]).sum(axis=1)
+    shape = (act.shape[0], W_in.shape[0] + 1, W_out.shape[1])
+    lo, hi = total.lo.reshape(shape), total.hi.reshape(shape)
+    return I.Iv(lo[:, :-1], hi[:, :-1]), I.Iv(lo[:, -1], hi[:, -1])
 
 
 def _want(st: State, node, asg: dict):
