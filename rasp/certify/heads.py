@@ -44,13 +44,13 @@ import numpy as np
 
 from lengthgen.proof import interval as I
 from rasp.core import Aggregate, Comparison, Select, SelectorAnd, SelectorNot, SelectorOr, SelectorWidth
+from rasp.certify.scores import margins
 from rasp.certify.state import PAIR_BUDGET, CertifyError, Fail, State, key_of
 from rasp.tracr_ops import ConstantSelector
 from rasp.weights.selectors import selection_key
 
 TV_MAX = 1e-6          # a head whose total-variation bound exceeds this fails (margin)
 LOOKUP_TOL = 1e-6      # a value map off its target by more than this (times 1 + |target|) fails
-CHUNK = 500_000        # (query, key) pairs scored at once
 
 _NUMERIC = {Comparison.EQ: operator.eq, Comparison.LT: operator.lt, Comparison.LEQ: operator.le,
             Comparison.GT: operator.gt, Comparison.GEQ: operator.ge, Comparison.NEQ: operator.ne}
@@ -146,39 +146,6 @@ def _writers(st: State, layer: int, h: int, w_dims: np.ndarray) -> tuple[list, s
     return nodes, first.reduce
 
 
-def _down(x: np.ndarray) -> np.ndarray:
-    """A lower bound of a difference computed in float64 (infinite ones are exact)."""
-    return np.where(np.isinf(x), x, I.down(x))
-
-
-def _stats(reduce: str, lo, hi, sel, vis, bos: I.Iv, rank) -> tuple[np.ndarray, np.ndarray]:
-    """Per query state: the margin (lower bound) and the spread of the intended keys (upper)."""
-    non = vis & ~sel
-    inf = np.inf
-    nonmax = np.where(non, hi, -inf).max(1)
-    gaps = [_down(bos.lo - nonmax)]                           # BOS above the others
-    if reduce == "width":
-        low = np.minimum(np.where(sel, lo, inf).min(1), bos.lo)
-        high = np.maximum(np.where(sel, hi, -inf).max(1), bos.hi)
-        return np.minimum(gaps[0], _down(low - nonmax)), I.up(high - low)
-    if reduce == "mean":
-        selmin = np.where(sel, lo, inf).min(1)
-        spread = np.where(sel.any(1), I.up(np.where(sel, hi, -inf).max(1) - selmin), 0.0)
-        gaps += [_down(selmin - nonmax), _down(selmin - bos.hi)]
-        return np.minimum.reduce(gaps), spread
-    below = np.full(lo.shape[0], -inf)
-    spread = np.zeros(lo.shape[0])
-    for c in range(int(rank.max()) + 1 if rank.size else 0):
-        in_c = sel & (rank[None, :] == c)
-        cmin = np.where(in_c, lo, inf).min(1)
-        cmax = np.where(in_c, hi, -inf).max(1)
-        rival = np.maximum(np.maximum(below, nonmax), bos.hi)
-        gaps.append(_down(cmin - rival))
-        spread = np.maximum(spread, np.where(in_c.any(1), I.up(cmax - cmin), 0.0))
-        below = np.maximum(below, cmax)
-    return np.minimum.reduce(gaps), spread
-
-
 def check_head(st: State, layer: int, h: int, bos_x: I.Iv) -> tuple[HeadRow, list, list[int], np.ndarray] | None:
     """Certify one head; returns its row, the nodes it writes, their dimensions and their new
     ``eps`` (None for a head that writes nothing)."""
@@ -194,15 +161,13 @@ def check_head(st: State, layer: int, h: int, bos_x: I.Iv) -> tuple[HeadRow, lis
     nodes, reduce = _writers(st, layer, h, w_dims)
     name = f"layer {layer} head {h} ({', '.join(n.label for n in nodes)})"
     sel = nodes[0].sop.selector
-    leaves = _leaves(sel)
-    q_sops = [x.queries for x in leaves] + [o.sop for o in st.owners(q_dims)]
-    k_sops = ([x.keys for x in leaves] + [o.sop for o in st.owners(np.union1d(k_dims, v_dims))]
-              + [n.sop.sop for n in nodes if isinstance(n.sop, Aggregate)])
-    qn, qr = st.sources(q_sops)
-    kn, kr = st.sources(k_sops)
-    pairs = st.count(qr) * st.count(kr)
-    if pairs > PAIR_BUDGET:
-        raise Fail("budget", f"{name}: {pairs} (query, key) state pairs, over PAIR_BUDGET = {PAIR_BUDGET}")
+    value_sop = nodes[0].sop.sop if isinstance(nodes[0].sop, Aggregate) else None
+    qn, qr = st.sources([x.queries for x in _leaves(sel)] + [o.sop for o in st.owners(q_dims)])
+    v_sops = [o.sop for o in st.owners(v_dims)] + [n.sop.sop for n in nodes if isinstance(n.sop, Aggregate)]
+    kn, kr = st.sources(v_sops)
+    if st.count(qr) > PAIR_BUDGET or st.count(kr) > PAIR_BUDGET:
+        raise Fail("budget", f"{name}: {max(st.count(qr), st.count(kr))} query or value states, over "
+                             f"PAIR_BUDGET = {PAIR_BUDGET}")
     Q, K = st.combos(qn, qr), st.combos(kn, kr)
     if isinstance(nodes[0].sop, SelectorWidth):
         out_dims = [st.layout.scratch(nodes[0])]
@@ -225,34 +190,10 @@ def check_head(st: State, layer: int, h: int, bos_x: I.Iv) -> tuple[HeadRow, lis
                 targets[i, col:col + width] = st.target(node, st.value(agg.sop, asg), cols)
             targets[-1, col:col + width] = st.target(node, agg.default, cols)
         col += width
-    rank = np.zeros(len(K), dtype=np.int64)
-    if reduce in ("max", "min"):
-        vals = [st.value(nodes[0].sop.sop, asg) for asg in K]
-        try:
-            order = sorted({key_of(v): v for v in vals}.values())
-        except TypeError:
-            raise CertifyError(f"{name}: max/min of values that do not compare") from None
-        order = order if reduce == "max" else order[::-1]
-        pos = {key_of(v): i for i, v in enumerate(order)}
-        rank = np.array([pos[key_of(v)] for v in vals], dtype=np.int64)
-    selected = selection(st, sel, Q, K)
-    visible = np.ones_like(selected)
-    if "pos" in qn and "pos" in kn:
-        visible = np.array([b["pos"] for b in K])[None, :] <= np.array([a["pos"] for a in Q])[:, None]
-    Xk = st.box(K, np.union1d(k_dims, v_dims))
-    k = I.affine(Xk, WK, bK)
-    kT = I.Iv(k.lo.T.copy(), k.hi.T.copy())
-    kb = I.affine(I.Iv(bos_x.lo[None], bos_x.hi[None]), WK, bK)
-    kbT = I.Iv(kb.lo.T.copy(), kb.hi.T.copy())
-    margin, spread = np.inf, 0.0
-    step = max(1, CHUNK // max(1, len(K)))
-    for s in range(0, len(Q), step):
-        q = I.affine(st.box(Q[s:s + step], q_dims), WQ, bQ)
-        scores = I.matmul(q, kT)
-        sb = I.matmul(q, kbT)[:, 0]
-        m, d = _stats(reduce, scores.lo, scores.hi, selected[s:s + step] & visible[s:s + step],
-                      visible[s:s + step], sb, rank)
-        margin, spread = min(margin, float(I.lower_bound(m).min())), max(spread, float(I.upper_bound(d).max()))
+    margin, spread, pairs = margins(
+        st, sel, reduce, value_sop, lambda c, Q, K: selection(st, c, Q, K), Q, qn,
+        lambda part: I.affine(st.box(part, q_dims), WQ, bQ), WK, bK, k_dims, bos_x, PAIR_BUDGET, name)
+    Xk = st.box(K, v_dims)
     leak = 0.0 if margin == np.inf else float(I.up_mul(st.n, I.exp(I.Iv.exact(-margin)).hi))
     numeric = reduce == "width" or (reduce == "mean" and nodes[0].numerical)
     tv = float(I.up_add(leak, I.up(spread / 4))) if numeric else leak
