@@ -111,10 +111,11 @@ def enclose(X: I.Iv, W_in: np.ndarray, b_in: np.ndarray, W_out: np.ndarray, b_ou
     pre = I.affine(X, W_in, b_in)
     out_lo = np.empty((X.shape[0], W_out.shape[1]))
     out_hi = np.empty_like(out_lo)
+    M_all, c_all = _active_maps(pre.lo >= 0, W_in, b_in, W_out, rows)
     for s in range(0, X.shape[0], rows):
         act = pre.lo[s:s + rows] >= 0
         mid = (pre.hi[s:s + rows] > 0) & ~act
-        M, c = _active_maps(act, W_in, b_in, W_out)
+        M, c = M_all[s:s + rows], c_all[s:s + rows]
         x = X[s:s + rows]
         lin = I.matmul(I.Iv(x.lo[:, None, :], x.hi[:, None, :]), M)          # [r, 1, d_out]
         tail = I.matmul(I.Iv(np.zeros_like(mid, dtype=float), np.where(mid, pre.hi[s:s + rows], 0.0)), W_out)
@@ -153,7 +154,31 @@ def _sum(x: np.ndarray) -> I.Iv:
     return rest + x[:, 0]
 
 
-def _active_maps(act: np.ndarray, W_in: np.ndarray, b_in: np.ndarray, W_out: np.ndarray) -> tuple[I.Iv, I.Iv]:
+def _prefix_sums(p: np.ndarray, e: np.ndarray) -> I.Iv:
+    """Enclosures of ``sum_{i<j} (p_i + e_i)`` for ``j = 0..U`` (rows): a running TwoSum of the
+    ``p`` leaves ``s_j`` plus the exact errors ``t_i``; the prefix sums of the ``t`` and ``e``
+    (``2j`` terms) are enclosed with Higham's bound ``2 gamma_2j sum |terms|`` (any order)."""
+    U, K = p.shape
+    s = np.zeros((U + 1, K))
+    t = np.zeros((U, K))
+    acc = np.zeros(K)
+    for i in range(U):
+        new = acc + p[i]
+        bb = new - acc
+        t[i] = (acc - (new - bb)) + (p[i] - bb)
+        acc = new
+        s[i + 1] = acc
+    pair = np.stack([t, e], axis=1).reshape(2 * U, K)
+    cs = np.vstack([np.zeros((1, K)), np.cumsum(pair, axis=0)[1::2]])
+    mag = np.vstack([np.zeros((1, K)), np.cumsum(np.abs(pair), axis=0)[1::2]])
+    n = 2 * np.arange(U + 1, dtype=float)[:, None]
+    err = I.up(I.up(mag * I.up_sum_factor(2 * U)) * (2 * I.gamma(n)))
+    err = I.up_add(np.where(err == 0, 0.0, np.nextafter(err, np.inf)), n * 2 * I.TINY)
+    return I.Iv.exact(s) + I.Iv(I.down(cs - err), I.up(cs + err))
+
+
+def _active_maps(act: np.ndarray, W_in: np.ndarray, b_in: np.ndarray, W_out: np.ndarray,
+                 rows: int) -> tuple[I.Iv, I.Iv]:
     """``M_r = W_in[:, A_r] W_out[A_r]`` and ``c_r = b_in[A_r] W_out[A_r]`` for each row's active
     units, enclosed with error-free products and compensated sums: a table's slope changes cancel
     in these sums, and plain interval products would be as wide as ``u`` times their sizes."""
@@ -166,7 +191,14 @@ def _active_maps(act: np.ndarray, W_in: np.ndarray, b_in: np.ndarray, W_out: np.
         return M, I.matmul(b_in[None] * act, W_out)
     p, e = _two_product(a, b)
     p, e = np.where(nz, p, 0.0).reshape(len(p), -1), np.where(nz, e, 0.0).reshape(len(e), -1)
-    total = _sum(act[:, :, None] * p[None]) + I.Iv.exact(act[:, :, None] * e[None]).sum(axis=1)
+    order = np.argsort(-act.sum(0), kind="stable")
+    nested = act[:, order]
+    if np.all(nested[:, :-1] >= nested[:, 1:]):       # active sets are prefixes of one order
+        total = _prefix_sums(p[order], e[order])[nested.sum(1)]
+    else:
+        parts = [_sum(a[:, :, None] * p[None]) + I.Iv.exact(a[:, :, None] * e[None]).sum(axis=1)
+                 for a in (act[s:s + rows] for s in range(0, len(act), rows))]
+        total = I.Iv(np.concatenate([x.lo for x in parts]), np.concatenate([x.hi for x in parts]))
     shape = (act.shape[0], W_in.shape[0] + 1, W_out.shape[1])
     lo, hi = total.lo.reshape(shape), total.hi.reshape(shape)
     return I.Iv(lo[:, :-1], hi[:, :-1]), I.Iv(lo[:, -1], hi[:, -1])
