@@ -62,7 +62,10 @@ def test_one_query_entry_breaks_the_margin():
 
 def test_one_key_entry_breaks_the_margin():
     ct = shift()
-    edit(ct.model.blocks[0].attn.W_K, (0, dim(ct, "map_3:3"), 1), 8.0)    # the square of code 3 is 9
+    shifted = next(n.label for n in ct.program.nodes if n.kind == "position" and n.sop.index_offset == 1)
+    k = ct.model.blocks[0].attn.W_K
+    assert float(k[0, dim(ct, f"{shifted}:3"), 1].detach()) == 9.0      # the square of code 3
+    edit(k, (0, dim(ct, f"{shifted}:3"), 1), 8.0)
     assert verdict(ct)[:2] == ("FAIL", "margin")
 
 
