@@ -166,3 +166,32 @@ def test_cli(capsys):
         assert main(bad) == 2, bad
         res = capsys.readouterr()
         assert res.out == "" and len(res.err.strip().splitlines()) == 1, bad
+
+
+def test_output_bias_fails_structure():
+    ct = shift()
+    edit(ct.model.blocks[0].attn.b_O, (dim(ct, "tokens:a"),), 1e-3)
+    out = verdict(ct)
+    assert out[:2] == ("FAIL", "structure") and "b_O" in out[2]
+
+
+def test_missing_head_fails_structure():
+    ct = shift()
+    with torch.no_grad():
+        ct.model.blocks[0].attn.W_O.zero_()
+    out = verdict(ct)
+    assert out[:2] == ("FAIL", "structure") and "no head of layer 0 computes" in out[2]
+
+
+def test_two_heads_writing_one_s_op_fail_structure():
+    ct = compile_to_transformer(lib.shift_right(tokens, 1, "_") + lib.shift_right(tokens, 2, "_"), ABC, N)
+    attn = ct.model.blocks[0].attn
+    assert attn.W_O.shape[0] == 2
+    target = next(n for n in ct.program.nodes if n.kind == "attn" and n.sop.selector.label == "shift_1")
+    d = ct.layout.dims[id(target)][0]
+    with torch.no_grad():                 # head 1 now writes head 0's s-op (and its own no more)
+        attn.W_O[1].zero_()
+    e = int(np.nonzero(attn.W_V[1].detach().numpy().any(axis=0))[0][0])
+    edit(attn.W_O, (1, e, d), 1.0)
+    out = verdict(ct)
+    assert out[:2] == ("FAIL", "structure") and "two heads of layer 0 write" in out[2]

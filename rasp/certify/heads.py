@@ -146,6 +146,15 @@ def _writers(st: State, layer: int, h: int, w_dims: np.ndarray) -> tuple[list, s
     return nodes, first.reduce
 
 
+def head_writes(st: State, layer: int, h: int) -> list:
+    """The s-ops a head writes (checked by :func:`_writers`; empty for a head that writes nothing)."""
+    a = f"blocks.{layer}.attn."
+    WV, WO = st.p[a + "W_V"][h], st.p[a + "W_O"][h]
+    used_e = np.any(WV != 0, axis=0) & np.any(WO != 0, axis=1)
+    w_dims = np.nonzero(np.any(WO[used_e] != 0, axis=0))[0]
+    return _writers(st, layer, h, w_dims)[0] if len(w_dims) else []
+
+
 def check_head(st: State, layer: int, h: int, bos_x: I.Iv) -> tuple[HeadRow, list, list[int], np.ndarray] | None:
     """Certify one head; returns its row, the nodes it writes, their dimensions and their new
     ``eps`` (None for a head that writes nothing)."""

@@ -24,7 +24,7 @@ import numpy as np
 
 from lengthgen.decode import DECISION_MARGIN
 from lengthgen.proof import interval as I
-from rasp.certify.heads import HeadRow, check_head
+from rasp.certify.heads import HeadRow, check_head, head_writes
 from rasp.certify.mlps import MLPRow, check_mlps
 from rasp.certify.state import COMBO_BUDGET, CertifyError, Fail, State
 from rasp.weights.assemble import CompiledTransformer
@@ -153,22 +153,21 @@ def _layer(st: State, layer: int, bos_x: I.Iv, cert: Certificate) -> I.Iv:
     if np.any(st.p[a + "b_V"] != 0) or np.any(st.p[a + "b_O"] != 0):
         raise Fail("structure", f"layer {layer}: b_V or b_O is not zero")
     written: dict[int, object] = {}
-    updates = []
     for h in range(st.p[a + "W_Q"].shape[0]):
-        res = check_head(st, layer, h, bos_x)
-        if res is None:
-            continue
-        row, nodes, dims, err = res
-        for node in nodes:
+        for node in head_writes(st, layer, h):
             if id(node) in written:
                 raise Fail("structure", f"two heads of layer {layer} write {node.label!r}")
             written[id(node)] = node
-        cert.heads.append(row)
-        updates.append((nodes, dims, err))
     for node in st.prog.nodes:
         if ((node.kind == "attn" and node.slot == 2 * layer) or (node.kind == "width" and node.slot == 2 * layer + 1)) \
                 and id(node) not in written:
             raise Fail("structure", f"no head of layer {layer} computes {node.label!r}")
+    updates = []
+    for h in range(st.p[a + "W_Q"].shape[0]):
+        res = check_head(st, layer, h, bos_x)
+        if res is not None:
+            cert.heads.append(res[0])
+            updates.append(res[1:])
     out = I.Iv.exact(np.zeros(st.d))
     for h in range(st.p[a + "W_Q"].shape[0]):            # BOS attends to itself alone: weight 1
         out = out + I.matmul(I.affine(bos_x, st.p[a + "W_V"][h]), st.p[a + "W_O"][h])

@@ -113,7 +113,7 @@ def margins(st: State, sel, reduce: str, value_sop, selection, Q: list[dict], qn
     if pairs > budget:
         raise Fail("budget", f"{name}: {pairs} (query state, key group state) pairs, over PAIR_BUDGET = {budget}")
     one = st.layout.one
-    kc = WK[one] + bK
+    kc = I.Iv.exact(WK[one]) + bK                 # the key's constant part, enclosed
     kb = I.affine(I.Iv(bos_x.lo[None], bos_x.hi[None]), WK, bK)
     tables = []
     g0 = None
@@ -142,7 +142,7 @@ def margins(st: State, sel, reduce: str, value_sop, selection, Q: list[dict], qn
     for s in range(0, len(Q), step):
         part = Q[s:s + step]
         q = q_of(part)
-        base = I.matmul(q, I.Iv(kc[:, None], kc[:, None]))[:, 0]
+        base = I.matmul(q, I.Iv(kc.lo[:, None], kc.hi[:, None]))[:, 0]
         sb = I.matmul(q, I.Iv(kb.lo.T.copy(), kb.hi.T.copy()))[:, 0]
         m, d = _chunk(reduce, tables, g0, part, qn, q, base, sb, selection)
         margin, spread = min(margin, float(I.lower_bound(m).min())), max(spread, float(I.upper_bound(d).max()))
