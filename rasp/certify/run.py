@@ -133,6 +133,8 @@ def _readout(st: State, cert: Certificate) -> None:
     worst = np.inf
     classes = st.ct.classes
     for i, v in enumerate(values):
+        if v not in classes:
+            raise Fail("readout", f"output {v!r} is not one of the unembedding's classes")
         c = classes.index(v)
         rivals = np.delete(logits.hi[i], c)
         gap = float(I.down(logits.lo[i, c] - rivals.max())) if len(rivals) else np.inf
