@@ -171,13 +171,11 @@ def check_head(st: State, layer: int, h: int, bos_x: I.Iv) -> tuple[HeadRow, lis
     name = f"layer {layer} head {h} ({', '.join(n.label for n in nodes)})"
     sel = nodes[0].sop.selector
     value_sop = nodes[0].sop.sop if isinstance(nodes[0].sop, Aggregate) else None
-    qn, qr = st.sources([x.queries for x in _leaves(sel)] + [o.sop for o in st.owners(q_dims)])
     v_sops = [o.sop for o in st.owners(v_dims)] + [n.sop.sop for n in nodes if isinstance(n.sop, Aggregate)]
     kn, kr = st.sources(v_sops)
-    if st.count(qr) > PAIR_BUDGET or st.count(kr) > PAIR_BUDGET:
-        raise Fail("budget", f"{name}: {max(st.count(qr), st.count(kr))} query or value states, over "
-                             f"PAIR_BUDGET = {PAIR_BUDGET}")
-    Q, K = st.combos(qn, qr), st.combos(kn, kr)
+    if st.count(kr) > PAIR_BUDGET:
+        raise Fail("budget", f"{name}: {st.count(kr)} value states, over PAIR_BUDGET = {PAIR_BUDGET}")
+    K = st.combos(kn, kr)
     if isinstance(nodes[0].sop, SelectorWidth):
         out_dims = [st.layout.scratch(nodes[0])]
     else:
@@ -200,8 +198,7 @@ def check_head(st: State, layer: int, h: int, bos_x: I.Iv) -> tuple[HeadRow, lis
             targets[-1, col:col + width] = st.target(node, agg.default, cols)
         col += width
     margin, spread, pairs = margins(
-        st, sel, reduce, value_sop, lambda c, Q, K: selection(st, c, Q, K), Q, qn,
-        lambda part: I.affine(st.box(part, q_dims), WQ, bQ), WK, bK, k_dims, bos_x, PAIR_BUDGET, name)
+        st, sel, reduce, value_sop, lambda c, Q, K: selection(st, c, Q, K), q_dims, WQ, bQ, WK, bK, k_dims, bos_x, PAIR_BUDGET, name)
     Xk = st.box(K, v_dims)
     leak = 0.0 if margin == np.inf else float(I.up_mul(st.n, I.exp(I.Iv.exact(-margin)).hi))
     numeric = reduce == "width" or (reduce == "mean" and nodes[0].numerical)

@@ -97,107 +97,250 @@ def _add(a: np.ndarray, b: np.ndarray, up: bool) -> np.ndarray:
     return np.where(np.isinf(s) | np.isnan(s), s, I.up(s) if up else I.down(s))
 
 
-def margins(st: State, sel, reduce: str, value_sop, selection, Q: list[dict], qn: list, q_of,
-            WK: np.ndarray, bK: np.ndarray, k_dims: np.ndarray, bos_x: I.Iv, budget: int, name: str):
-    """``(margin, spread, pairs)`` of a head (module docstring); ``q_of(states)`` encloses the
-    queries ``x W_Q + b_Q`` of some query states, ``selection(sel, Q, K)`` is the RASP selection."""
-    rank_sops = [value_sop] if reduce in ("max", "min") else []
-    k_sops = [o.sop for o in st.owners(k_dims)] + rank_sops
-    parts = conjuncts(st, sel)
-    grouped = groups(st, parts, k_sops)
-    built = []
-    for cons, sops in grouped:
-        names, ranges = st.sources(sops + [c.keys for c in cons if isinstance(c, Select)])
-        built.append((cons, sops, names, ranges))
-    pairs = len(Q) * sum(st.count(r) for *_, r in built)
-    if pairs > budget:
-        raise Fail("budget", f"{name}: {pairs} (query state, key group state) pairs, over PAIR_BUDGET = {budget}")
+def _union_find():
+    parent: dict = {}
+
+    def find(x):
+        while parent.setdefault(x, x) != x:
+            x = parent[x]
+        return x
+
+    def join(*xs) -> None:
+        roots = [find(x) for x in xs]
+        for r in roots[1:]:
+            parent[r] = roots[0]
+    return find, join
+
+
+def _uses(W: np.ndarray, dims: list[int]) -> np.ndarray:
+    """The head dimensions that rows ``dims`` of ``W`` reach."""
+    return np.any(W[dims] != 0, axis=0) if len(dims) else np.zeros(W.shape[1], dtype=bool)
+
+
+def margins(st: State, sel, reduce: str, value_sop, selection, q_dims: np.ndarray,
+            WQ: np.ndarray, bQ: np.ndarray, WK: np.ndarray, bK: np.ndarray, k_dims: np.ndarray,
+            bos_x: I.Iv, budget: int, name: str):
+    """``(margin, spread, pairs)`` of a head (module docstring), ``selection(sel, Q, K)`` being
+    the RASP selection. Components: a key group, the query sources its conjuncts compare and the
+    query s-ops whose ``W_Q`` rows share a head dimension with its ``W_K`` rows are one component;
+    the score is a sum over components, so every bound is a sum of per-component extremes."""
     one = st.layout.one
-    kc = I.Iv.exact(WK[one]) + bK                 # the key's constant part, enclosed
-    kb = I.affine(I.Iv(bos_x.lo[None], bos_x.hi[None]), WK, bK)
-    tables = []
-    g0 = None
-    for i, (cons, sops, names, ranges) in enumerate(built):
-        K = st.combos(names, ranges)
+    rank_sops = [value_sop] if reduce in ("max", "min") else []
+    parts = conjuncts(st, sel)
+    grouped = groups(st, parts, [o.sop for o in st.owners(k_dims)] + rank_sops)
+    find, join = _union_find()
+    q_nodes = [o for o in st.owners(q_dims)]
+    q_all = [c.queries for c in parts if isinstance(c, Select)] + [o.sop for o in q_nodes]
+    for sop in q_all:
+        join(*[("q", x) for x in _sources(st, sop)] or [("none",)])
+    key_tabs = []
+    for i, (cons, sops) in enumerate(grouped):
+        join(("g", i))
+        names, ranges = st.sources(sops + [c.keys for c in cons if isinstance(c, Select)])
         own = {id(st.node(s)) for s in sops}
         dims = [d for d in k_dims if st.owner[d] is not None and id(st.owner[d]) in own]
+        reach = _uses(WK, dims)
+        for o in q_nodes:
+            if np.any(reach & _uses(WQ, st.layout.dims[id(o)])):
+                join(("g", i), *[("q", x) for x in _sources(st, o.sop)])
+        for c in cons:
+            if isinstance(c, Select):
+                join(("g", i), *[("q", x) for x in _sources(st, c.queries)])
+        if "pos" in names and any("pos" in _sources(st, q) for q in q_all):
+            join(("g", i), ("q", "pos"))
+        key_tabs.append((cons, sops, names, ranges, dims))
+    comps: dict = {}
+    for sop in q_all:
+        src = _sources(st, sop)
+        comps.setdefault(find(("q", next(iter(src))) if src else ("none",)), ([], []))[0].append(sop)
+    for i in range(len(grouped)):
+        comps.setdefault(find(("g", i)), ([], []))[1].append(i)
+    built, pairs = [], 0
+    for qs, gs in comps.values():
+        qn, qr = st.sources(qs)
+        size = st.count(qr) * max(1, sum(st.count(key_tabs[i][3]) for i in gs))
+        pairs += size
+        built.append((qs, gs, qn, qr))
+    if pairs > budget:
+        raise Fail("budget", f"{name}: {pairs} (query state, key group state) pairs, over PAIR_BUDGET = {budget}")
+    kc = I.Iv.exact(WK[one]) + bK                          # the key's constant part
+    qc = I.Iv.exact(WQ[one]) + bQ                          # the query's constant part
+    kb = I.affine(I.Iv(bos_x.lo[None], bos_x.hi[None]), WK, bK)[0]
+    const = _dot(qc, kc)
+    bos0 = _dot(qc, kb)
+    tables = []
+    for cons, sops, names, ranges, dims in key_tabs:
+        K = st.combos(names, ranges)
         X = st.box(K, dims)
         X.lo[:, one] = X.hi[:, one] = 0.0
         kg = I.matmul(X, WK)
-        rank = None
-        if rank_sops and any(s is value_sop for s in sops):
-            g0 = i
-            vals = [st.value(value_sop, a) for a in K]
-            try:
-                order = sorted({key_of(v): v for v in vals}.values())
-            except TypeError:
-                raise CertifyError(f"{name}: max/min of values that do not compare") from None
-            order = order if reduce == "max" else order[::-1]
-            pos = {key_of(v): j for j, v in enumerate(order)}
-            rank = np.array([pos[key_of(v)] for v in vals], dtype=np.int64)
+        rank = _ranks(st, value_sop, reduce, K, name) if any(s is value_sop for s in sops) and rank_sops else None
         tables.append((cons, K, names, I.Iv(kg.lo.T.copy(), kg.hi.T.copy()), rank))
-    total = sum(len(t[1]) for t in tables)
-    step = max(1, CHUNK // max(1, total))
-    margin, spread = np.inf, 0.0
+    stats = []
+    for qs, gs, qn, qr in built:
+        own = {id(st.node(s)) for s in qs}
+        dims = [d for d in q_dims if st.owner[d] is not None and id(st.owner[d]) in own]
+        stats.append(_component(st, reduce, [tables[i] for i in gs], st.combos(qn, qr), qn, dims,
+                                WQ, qc, kc, kb, selection))
+    return _combine(reduce, stats, const, bos0) + (pairs,)
+
+
+def _dot(a: I.Iv, b: I.Iv) -> I.Iv:
+    r = I.matmul(I.Iv(a.lo[None], a.hi[None]), I.Iv(b.lo[:, None], b.hi[:, None]))
+    return I.Iv(r.lo[0, 0], r.hi[0, 0])
+
+
+def _ranks(st: State, value_sop, reduce: str, K: list[dict], name: str) -> np.ndarray:
+    vals = [st.value(value_sop, a) for a in K]
+    try:
+        order = sorted({key_of(v): v for v in vals}.values())
+    except TypeError:
+        raise CertifyError(f"{name}: max/min of values that do not compare") from None
+    order = order if reduce == "max" else order[::-1]
+    pos = {key_of(v): j for j, v in enumerate(order)}
+    return np.array([pos[key_of(v)] for v in vals], dtype=np.int64)
+
+
+def _component(st, reduce, tables, Q, qn, dims, WQ, qc, kc, kb, selection) -> dict:
+    """Extremes over one component's query states of the differences that the margin sums:
+    ``A`` (lowest selected score), ``M`` (highest selected), ``V`` (highest visible), ``B``
+    (highest non-selected), ``b`` (BOS), per query state; and, for the rank's component, ``A``
+    and ``M`` per class."""
+    one = st.layout.one
+    out = {k: np.inf for k in ("AV", "AB", "Ab", "bV", "bB", "AM")}
+    out.update(sAM=-np.inf, sAb=-np.inf, sbA=-np.inf, classes=None)
+    total = max(1, sum(len(t[1]) for t in tables))
+    step = max(1, CHUNK // total)
+    inf = np.inf
     for s in range(0, len(Q), step):
         part = Q[s:s + step]
-        q = q_of(part)
-        base = I.matmul(q, I.Iv(kc.lo[:, None], kc.hi[:, None]))[:, 0]
-        sb = I.matmul(q, I.Iv(kb.lo.T.copy(), kb.hi.T.copy()))[:, 0]
-        m, d = _chunk(reduce, tables, g0, part, qn, q, base, sb, selection)
-        margin, spread = min(margin, float(I.lower_bound(m).min())), max(spread, float(I.upper_bound(d).max()))
-    return margin, spread, pairs
+        X = st.box(part, dims)
+        X.lo[:, one] = X.hi[:, one] = 0.0
+        q = I.matmul(X, WQ)
+        n = len(part)
+        t = I.matmul(q, I.Iv(kc.lo[:, None], kc.hi[:, None]))[:, 0]     # query-only term
+        b = I.matmul(q, I.Iv(kb.lo[:, None], kb.hi[:, None]))[:, 0]     # BOS, this component's part
+        qk = q + qc                                                     # the key-only terms ride along
+        A, M, V = t.lo, t.hi, t.hi
+        per = []
+        for cons, K, names, kgT, rank in tables:
+            sc = I.matmul(qk, kgT)
+            vis = np.ones((n, len(K)), dtype=bool)
+            if "pos" in names and "pos" in qn:
+                vis = np.array([k["pos"] for k in K])[None, :] <= np.array([a["pos"] for a in part])[:, None]
+            ok = vis.copy()
+            for c in cons:
+                ok &= selection(c, part, K)
+            a_, m_ = np.where(ok, sc.lo, inf).min(1), np.where(ok, sc.hi, -inf).max(1)
+            v_ = np.where(vis, sc.hi, -inf).max(1)
+            f_ = np.where(vis & ~ok, sc.hi, -inf).max(1) if cons else None
+            per.append((a_, m_, v_, f_, ok, sc, rank))
+            A, M, V = _add(A, a_, False), _add(M, m_, True), _add(V, v_, True)
+        B = np.full(n, -inf)
+        for i, (_, _, _, f_, *_r) in enumerate(per):
+            if f_ is None:
+                continue
+            rest = _add(t.hi, f_, True)
+            for j, other in enumerate(per):
+                if j != i:
+                    rest = _add(rest, other[2], True)
+            B = np.maximum(B, rest)
+        for key, lo, hi in (("AV", A, V), ("AB", A, B), ("Ab", A, b.hi), ("bV", b.lo, V), ("bB", b.lo, B), ("AM", A, M)):
+            out[key] = min(out[key], float(_gap(lo, hi).min(initial=inf)))
+        for key, hi, lo in (("sAM", M, A), ("sAb", M, b.lo), ("sbA", b.hi, A)):
+            out[key] = max(out[key], float(_over(hi, lo).max(initial=-inf)))
+        g0 = next((j for j, x in enumerate(per) if x[6] is not None), None)
+        if g0 is not None:
+            _classes(out, per, g0, t, V, B, b)
+    return out
 
 
-def _chunk(reduce, tables, g0, Q, qn, q, base: I.Iv, sb: I.Iv, selection):
-    """Per query state of one chunk: the margin's lower bound and the intended keys' spread."""
+def _over(hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
+    """An upper bound of ``hi - lo``; ``-inf`` where either side is empty."""
+    with np.errstate(invalid="ignore"):
+        d = hi - lo
+    return np.where((hi == -np.inf) | (lo == np.inf), -np.inf, I.upper_bound(np.where(np.isinf(d), d, I.up(d))))
+
+
+def _classes(out: dict, per: list, g0: int, t: I.Iv, V, B, b: I.Iv) -> None:
+    """Per class of the aggregated value (in rank order), over this chunk's query states: the
+    gaps of the class's lowest selected score to lower classes, ``V``, ``B`` and BOS."""
     inf = np.inf
-    n = len(Q)
-    stats = []                   # per group: (min sel lo, max sel hi, max visible hi, max failing hi, sel, lo, hi, vis)
-    for cons, K, names, kgT, rank in tables:
-        s = I.matmul(q, kgT)
-        vis = np.ones((n, len(K)), dtype=bool)
-        if "pos" in names and "pos" in qn:
-            vis = np.array([b["pos"] for b in K])[None, :] <= np.array([a["pos"] for a in Q])[:, None]
-        ok = vis.copy()
-        for c in cons:
-            ok &= selection(c, Q, K)
-        fail = vis & ~ok if cons else np.zeros_like(vis)
-        stats.append((np.where(ok, s.lo, inf).min(1), np.where(ok, s.hi, -inf).max(1),
-                      np.where(vis, s.hi, -inf).max(1), np.where(fail, s.hi, -inf).max(1), ok, s, rank))
-    selmin, selmax, vismax = base.lo, base.hi, base.hi
-    for st_ in stats:
-        selmin, selmax, vismax = _add(selmin, st_[0], False), _add(selmax, st_[1], True), _add(vismax, st_[2], True)
-    nonmax = np.full(n, -inf)
-    for i, st_ in enumerate(stats):
-        rest = base.hi
-        for j, other in enumerate(stats):
-            rest = _add(rest, st_[3] if j == i else other[2], True)
-        nonmax = np.maximum(nonmax, rest)
-    anysel = np.isfinite(selmin)
-    gaps = [_gap(sb.lo, nonmax)]
-    if reduce == "width":
-        low = np.where(anysel, np.minimum(selmin, sb.lo), sb.lo)
-        high = np.where(anysel, np.maximum(selmax, sb.hi), sb.hi)
-        return np.minimum(gaps[0], _gap(low, nonmax)), I.up(high - low)
-    if reduce == "mean":
-        gaps += [_gap(selmin, nonmax), _gap(selmin, sb.hi)]
-        return np.minimum.reduce(gaps), np.where(anysel, I.up(selmax - selmin), 0.0)
-    others_min, others_max = base.lo, base.hi
-    for j, st_ in enumerate(stats):
+    lo_rest, hi_rest = t.lo, t.hi
+    for j, x in enumerate(per):
         if j != g0:
-            others_min, others_max = _add(others_min, st_[0], False), _add(others_max, st_[1], True)
-    ok, s, rank = stats[g0][4], stats[g0][5], stats[g0][6]
-    below = np.full(n, -inf)
-    spread = np.zeros(n)
-    for c in range(int(rank.max()) + 1 if rank.size else 0):
+            lo_rest, hi_rest = _add(lo_rest, x[0], False), _add(hi_rest, x[1], True)
+    ok, sc, rank = per[g0][4], per[g0][5], per[g0][6]
+    count = int(rank.max()) + 1 if rank.size else 0
+    cls = out["classes"] or {k: [inf] * count for k in ("below", "V", "B", "b")} | {"spread": [-inf] * count}
+    below = np.full(len(t.lo), -inf)
+    for c in range(count):
         in_c = ok & (rank[None, :] == c)
-        cmin = _add(others_min, np.where(in_c, s.lo, inf).min(1), False)
-        cmax = _add(others_max, np.where(in_c, s.hi, -inf).max(1), True)
-        gaps.append(_gap(cmin, np.maximum(np.maximum(below, nonmax), sb.hi)))
-        spread = np.maximum(spread, np.where(np.isfinite(cmin), I.up(cmax - cmin), 0.0))
+        cmin = _add(lo_rest, np.where(in_c, sc.lo, inf).min(1), False)
+        cmax = _add(hi_rest, np.where(in_c, sc.hi, -inf).max(1), True)
+        for key, rival in (("below", below), ("V", V), ("B", B), ("b", b.hi)):
+            cls[key][c] = min(cls[key][c], float(_gap(cmin, rival).min(initial=inf)))
+        cls["spread"][c] = max(cls["spread"][c], float(_over(cmax, cmin).max(initial=-inf)))
         below = np.maximum(below, cmax)
-    return np.minimum.reduce(gaps), spread
+    out["classes"] = cls
+
+
+def _sum_lo(*xs: float) -> float:
+    """A lower bound of a sum of lower bounds of gaps; ``+inf`` (a vacuous gap: no query state has
+    such keys) makes the whole condition vacuous."""
+    if any(x == np.inf for x in xs):
+        return np.inf
+    total = 0.0
+    for x in xs:
+        total = float(_add(np.array(total), np.array(x), False))
+    return float(I.lower_bound(np.array(total)))
+
+
+def _combine(reduce: str, stats: list[dict], const: I.Iv, bos0: I.Iv) -> tuple[float, float]:
+    """The head's margin and spread from the components' extremes (module docstring)."""
+    k = len(stats)
+
+    def others(i: int, key: str) -> list[float]:
+        return [stats[j][key] for j in range(k) if j != i]
+
+    d_sel_bos = float(I.down(const.lo - bos0.hi))      # const - bos0, lower bound
+    d_bos_sel = float(I.down(bos0.lo - const.hi))
+    g1 = min([_sum_lo(stats[i]["AB"], *others(i, "AV")) for i in range(k)], default=np.inf)
+    g3 = min([_sum_lo(stats[i]["bB"], *others(i, "bV")) for i in range(k)], default=np.inf)
+    g3 = _sum_lo(g3, d_bos_sel)
+    if reduce in ("mean", "width"):
+        g2 = _sum_lo(*[x["Ab"] for x in stats])
+        g2 = _sum_lo(g2, d_sel_bos)
+        if reduce == "mean":
+            return min(g1, g2, g3), max(0.0, _sum_up(*[x["sAM"] for x in stats]))
+        spread = max(0.0, _sum_up(*[x["sAM"] for x in stats]),
+                     _sum_up(*[x["sAb"] for x in stats], -d_bos_sel),     # selmax - BOS
+                     _sum_up(*[x["sbA"] for x in stats], -d_sel_bos))     # BOS - selmin
+        return min(g1, g3), spread
+    i0 = next(i for i, x in enumerate(stats) if x["classes"] is not None)
+    cls = stats[i0]["classes"]
+    gaps = [g3]
+    spread = 0.0
+    for c in range(len(cls["below"])):
+        gaps.append(_sum_lo(cls["below"][c], *others(i0, "AM")))
+        gaps.append(_sum_lo(cls["B"][c], *others(i0, "AV")))
+        for i in range(k):
+            if i != i0:
+                gaps.append(_sum_lo(cls["V"][c], stats[i]["AB"], *[stats[j]["AV"] for j in range(k) if j not in (i, i0)]))
+        g = _sum_lo(cls["b"][c], *others(i0, "Ab"))
+        gaps.append(_sum_lo(g, d_sel_bos))
+        spread = max(spread, _sum_up(cls["spread"][c], *others(i0, "sAM")))
+    return min(gaps), spread
+
+
+def _sum_up(*xs: float) -> float:
+    """An upper bound of a sum of upper bounds of spreads; ``-inf`` (no such keys) makes it empty."""
+    if any(x == -np.inf for x in xs):
+        return -np.inf
+    total = 0.0
+    for x in xs:
+        total = float(_add(np.array(total), np.array(x), True))
+    return float(I.upper_bound(np.array(total)))
 
 
 def _gap(a: np.ndarray, b: np.ndarray) -> np.ndarray:
