@@ -63,11 +63,16 @@ def assert_bounds_hold(ct, program, cert, batches) -> float:
                 assert got == want, (xs, got, want)
             for layer, heads in enumerate(ct.heads):
                 pattern = acts[f"blocks.{layer}.attn.hook_pattern"][b].numpy()
+                scores = acts[f"blocks.{layer}.attn.hook_attn_scores"][b].numpy()
                 for h, spec in enumerate(heads):
                     for i in range(n):
                         keep = intended(spec.node, ev, i)
                         off = sum(pattern[h, i + 1, j] for j in range(i + 2) if j not in keep)
                         assert off <= rows[layer, h].leak, (xs, layer, h, i, off)
+                        rivals = [scores[h, i + 1, j] for j in range(i + 2) if j not in keep]
+                        if rivals:     # the printed margin is at most the measured one (float64 scores)
+                            gap = min(scores[h, i + 1, j] for j in keep) - max(rivals)
+                            assert rows[layer, h].margin <= gap + 1e-12 * (1 + abs(max(rivals))), (xs, layer, h, i, gap)
                         worst_leak = max(worst_leak, off)
             for sub in range(2 * len(ct.heads)):
                 hook = f"blocks.{sub // 2}.hook_resid_{'mid' if sub % 2 == 0 else 'post'}"

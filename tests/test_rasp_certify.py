@@ -10,6 +10,7 @@ import itertools
 
 import numpy as np
 import pytest
+import torch
 from rasp_certify_checks import assert_bounds_hold
 
 from lengthgen.decode import DECISION_MARGIN
@@ -67,3 +68,17 @@ def test_certificate_text_and_json():
     assert "PASS" in text and "premise" in text and "margin 80" in text
     js = cert.to_json()
     assert js["verdict"] == "PASS" and js["heads"][0]["reduce"] == "width" and js["max_seq_len"] == N
+
+
+def test_width_margin_counts_the_selected_keys_below_bos():
+    """A selector width whose BOS scores 3e-8 above its selected keys still passes (the spread is
+    within TV_MAX), and its printed margin is that of the selected keys, not BOS's."""
+    program = lib.make_hist()
+    ct = compile_to_transformer(program, ABC, N)
+    attn = ct.model.blocks[0].attn
+    e = int(np.nonzero(attn.W_K[0, ct.layout.bos].detach().numpy())[0][-1])    # BOS's key column
+    with torch.no_grad():
+        attn.W_Q[0, ct.layout.one, e] += 3e-8
+    cert = certify(ct)
+    assert cert.verdict == "PASS" and cert.heads[0].spread >= 3e-8
+    assert_bounds_hold(ct, program, cert, [batch for n, batch in _inputs(ABC) if n <= 3])

@@ -195,3 +195,15 @@ def test_two_heads_writing_one_s_op_fail_structure():
     edit(attn.W_O, (1, e, d), 1.0)
     out = verdict(ct)
     assert out[:2] == ("FAIL", "structure") and "two heads of layer 0 write" in out[2]
+
+
+@pytest.mark.parametrize("make", [shift, lambda: compile_to_transformer(lib.lasts(tokens, tokens), ABC, N)],
+                         ids=["mean", "max"])
+def test_raised_bos_score_fails_the_margin(make):
+    ct = make()
+    q = ct.model.blocks[0].attn.W_Q
+    e = int(np.nonzero(ct.model.blocks[0].attn.W_K[0, dim(ct, "tokens:BOS")].detach().numpy())[0][-1])
+    edit(q, (0, dim(ct, "one"), e), add=1000.0)     # BOS now out-scores the selected keys
+    out = verdict(ct)
+    assert out[:2] == ("FAIL", "margin")
+    assert any(got != want for got, want in zip(ct.run(["a", "b", "a"]), make().run(["a", "b", "a"])))

@@ -7,6 +7,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+import torch
 from rasp_certify_checks import assert_bounds_hold
 
 from rasp.certify import certify
@@ -84,3 +85,18 @@ def test_mlp_enclosure_contains_the_exact_output(nested):
         for j in range(2):
             assert Fraction(out.lo[r, j]) <= want[j] <= Fraction(out.hi[r, j])
     assert np.all(out.hi - out.lo <= 1e-6 * 2.0 ** 56)
+
+
+@pytest.mark.parametrize("row, head_dim, factor", [("tokens", 0, 0.999),        # the n-gram's == on tokens
+                                                  ("prev_sep:1", 2, 0.5),        # the guard's == on positions
+                                                  ("one", 4, -1.0)])             # the max's rank term, reversed
+def test_broken_lookup_head_fails_margin(row, head_dim, factor):
+    tm, _ = TASKS["addition"].build("12+34")
+    ct = transformer_program(tm, 1).to_transformer(N).compiled
+    W = ct.model.blocks[2].attn.W_Q
+    d = ct.layout.labels.index(row)
+    with torch.no_grad():
+        assert W[0, d, head_dim] != 0
+        W[0, d, head_dim] *= factor
+    cert = certify(ct)
+    assert (cert.verdict, cert.kind) == ("FAIL", "margin") and "match" in cert.reason

@@ -7,15 +7,16 @@ enumerated (:mod:`rasp.certify.state`); the *intended* selection is the selector
 predicate, ``predicate(key value, query value)``, on the s-ops' values (causal: key position <=
 query position). With ``s`` the enclosure of ``q.k`` (``attn_scale`` is 1), per query state:
 
-* mean: ``s_sel >= s_other + m``, ``s_sel >= s_BOS + m``, ``s_BOS >= s_other + m`` (BOS is intended
-  exactly when nothing is selected);
+* mean: ``s_sel >= s_BOS + m`` and ``s_BOS >= s_other + m`` (BOS is intended exactly when nothing
+  is selected; together they give ``s_sel >= s_other + 2m``);
 * max / min: with the selected keys grouped by the aggregated value in rank order, every key of
-  a group scores ``m`` above every selected key of a lower-ranked group, every non-selected key
-  and BOS; ``s_BOS >= s_other + m``;
+  a group scores ``m`` above every selected key of a lower-ranked group and above BOS;
+  ``s_BOS >= s_other + m``;
 * selector width: BOS and the selected keys are intended (weight ``1/(w+1)`` each), the others
   score ``m`` below all of them.
 
-``delta`` is the largest spread of the intended keys' scores.
+``delta`` is the largest spread of the intended keys' scores. The extremes are taken over
+separable parts of the head (:mod:`rasp.certify.scores`), exactly as over all pairs.
 
 **Softmax bound.** Let ``p`` be the softmax over the ``N <= n+1`` visible keys and ``q`` the
 intended weights (uniform on the intended set ``S``). Every other key scores at least ``m`` below

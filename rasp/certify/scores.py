@@ -1,22 +1,30 @@
-"""A head's margin and spread over all (query state, key state) pairs, by separable groups.
+"""A head's margin and spread over all (query state, key state) pairs, by separable parts.
 
 The selector is split into conjuncts (the parts of an And; an ``==`` of two flat tuples into one
 ``==`` per part, since Python compares tuples part by part). The key's sources (token, position,
 computed s-ops; :mod:`rasp.certify.state`) are grouped so that each conjunct, each s-op whose
-dimensions ``W_K`` reads and (max/min) the aggregated value depends on one group only. A key
-state is then a tuple of independent group states, and with ``x`` the key's residual,
-``q . (x W_K + b_K) = q . c + sum_g q . (x_g W_K)`` (``c`` the ``one`` row of ``W_K`` plus ``b_K``,
-``x_g`` the group's dimensions): the score is a sum over groups, the selection an And over groups,
-and visibility (key position <= query position) lives in the group holding the position. So for
-every query state, exactly,
+dimensions ``W_K`` reads and (max/min) the aggregated value depends on one *key group* only; a
+key state is then a tuple of independent group states. A *component* is a key group together
+with the query sources its conjuncts compare and the query s-ops whose ``W_Q`` rows share a head
+dimension with its ``W_K`` rows (query sources in no such relation form components of their own).
+With ``q = sum_C q_C + q_c`` and ``k = sum_g k_g + k_c`` (``q_c``, ``k_c``: the ``one`` rows plus
+the biases), ``q . k = q_c . k_c + sum_C [q_C . k_c + sum_{g in C} (q_C + q_c) . k_g]``: the score
+is a constant plus one term per component, the selection an And over key groups, and visibility
+(key position <= query position) lives inside the component holding both positions. So for every
+query state, exactly,
 
-* min over selected keys = ``q.c + sum_g min_{selected in g} s_g``, and likewise the max;
-* max over non-selected keys = ``q.c + max_{g'} (max_{failing in g'} s_g' + sum_{g != g'} max_g s_g)``
-  (a key is not selected when some conjunct fails, the others being free);
-* max/min heads group the selected keys by the aggregated value's rank inside its group.
+* ``A`` (lowest selected score) is the sum over components and groups of the lowest selected
+  group scores, ``M`` (highest) likewise;
+* the highest non-selected score is ``max_{g'} (highest failing in g' + sum_{g != g'} highest
+  visible in g)`` (a key is not selected when some conjunct fails, the others being free);
+* a difference of two such sums is a sum of per-component differences, so its minimum over all
+  query states is the sum of the components' minima (``_combine``).
 
-Each ``s_g`` is an interval enclosure; sums round outward. One group holding everything is the
-plain enumeration of all pairs.
+The conditions (:mod:`rasp.certify.heads`): mean heads need ``A >= BOS + m`` and
+``BOS >= non-selected + m`` (which imply ``A >= non-selected + 2m``); max/min heads need the same
+per class of the aggregated value plus ``class >= every lower selected class + m``; selector
+widths need ``min(A, BOS) >= non-selected + m``. Each group score is an interval enclosure and
+every sum rounds outward. One component holding everything is the plain enumeration of all pairs.
 """
 from __future__ import annotations
 
@@ -251,7 +259,7 @@ def _component(st, reduce, tables, Q, qn, dims, WQ, qc, kc, kb, selection) -> di
             out[key] = max(out[key], float(_over(hi, lo).max(initial=-inf)))
         g0 = next((j for j, x in enumerate(per) if x[6] is not None), None)
         if g0 is not None:
-            _classes(out, per, g0, t, V, B, b)
+            _classes(out, per, g0, t, b)
     return out
 
 
@@ -262,9 +270,9 @@ def _over(hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
     return np.where((hi == -np.inf) | (lo == np.inf), -np.inf, I.upper_bound(np.where(np.isinf(d), d, I.up(d))))
 
 
-def _classes(out: dict, per: list, g0: int, t: I.Iv, V, B, b: I.Iv) -> None:
+def _classes(out: dict, per: list, g0: int, t: I.Iv, b: I.Iv) -> None:
     """Per class of the aggregated value (in rank order), over this chunk's query states: the
-    gaps of the class's lowest selected score to lower classes, ``V``, ``B`` and BOS."""
+    gaps of the class's lowest selected score to the lower classes' highest and to BOS."""
     inf = np.inf
     lo_rest, hi_rest = t.lo, t.hi
     for j, x in enumerate(per):
@@ -272,13 +280,13 @@ def _classes(out: dict, per: list, g0: int, t: I.Iv, V, B, b: I.Iv) -> None:
             lo_rest, hi_rest = _add(lo_rest, x[0], False), _add(hi_rest, x[1], True)
     ok, sc, rank = per[g0][4], per[g0][5], per[g0][6]
     count = int(rank.max()) + 1 if rank.size else 0
-    cls = out["classes"] or {k: [inf] * count for k in ("below", "V", "B", "b")} | {"spread": [-inf] * count}
+    cls = out["classes"] or {k: [inf] * count for k in ("below", "b")} | {"spread": [-inf] * count}
     below = np.full(len(t.lo), -inf)
     for c in range(count):
         in_c = ok & (rank[None, :] == c)
         cmin = _add(lo_rest, np.where(in_c, sc.lo, inf).min(1), False)
         cmax = _add(hi_rest, np.where(in_c, sc.hi, -inf).max(1), True)
-        for key, rival in (("below", below), ("V", V), ("B", B), ("b", b.hi)):
+        for key, rival in (("below", below), ("b", b.hi)):
             cls[key][c] = min(cls[key][c], float(_gap(cmin, rival).min(initial=inf)))
         cls["spread"][c] = max(cls["spread"][c], float(_over(cmax, cmin).max(initial=-inf)))
         below = np.maximum(below, cmax)
@@ -306,29 +314,22 @@ def _combine(reduce: str, stats: list[dict], const: I.Iv, bos0: I.Iv) -> tuple[f
     d_sel_bos = float(I.down(const.lo - bos0.hi))      # const - bos0, lower bound
     d_bos_sel = float(I.down(bos0.lo - const.hi))
     g1 = min([_sum_lo(stats[i]["AB"], *others(i, "AV")) for i in range(k)], default=np.inf)
-    g3 = min([_sum_lo(stats[i]["bB"], *others(i, "bV")) for i in range(k)], default=np.inf)
-    g3 = _sum_lo(g3, d_bos_sel)
+    g3 = _sum_lo(min([_sum_lo(stats[i]["bB"], *others(i, "bV")) for i in range(k)], default=np.inf), d_bos_sel)
     if reduce in ("mean", "width"):
-        g2 = _sum_lo(*[x["Ab"] for x in stats])
-        g2 = _sum_lo(g2, d_sel_bos)
-        if reduce == "mean":
-            return min(g1, g2, g3), max(0.0, _sum_up(*[x["sAM"] for x in stats]))
+        g2 = _sum_lo(_sum_lo(*[x["Ab"] for x in stats]), d_sel_bos)
+        if reduce == "mean":              # selected >= BOS + m >= others + 2m: g1 is implied
+            return min(g2, g3), max(0.0, _sum_up(*[x["sAM"] for x in stats]))
         spread = max(0.0, _sum_up(*[x["sAM"] for x in stats]),
                      _sum_up(*[x["sAb"] for x in stats], -d_bos_sel),     # selmax - BOS
                      _sum_up(*[x["sbA"] for x in stats], -d_sel_bos))     # BOS - selmin
         return min(g1, g3), spread
     i0 = next(i for i, x in enumerate(stats) if x["classes"] is not None)
     cls = stats[i0]["classes"]
-    gaps = [g3]
+    gaps = [g3]                           # a class above BOS + m, BOS above the others + m
     spread = 0.0
     for c in range(len(cls["below"])):
         gaps.append(_sum_lo(cls["below"][c], *others(i0, "AM")))
-        gaps.append(_sum_lo(cls["B"][c], *others(i0, "AV")))
-        for i in range(k):
-            if i != i0:
-                gaps.append(_sum_lo(cls["V"][c], stats[i]["AB"], *[stats[j]["AV"] for j in range(k) if j not in (i, i0)]))
-        g = _sum_lo(cls["b"][c], *others(i0, "Ab"))
-        gaps.append(_sum_lo(g, d_sel_bos))
+        gaps.append(_sum_lo(_sum_lo(cls["b"][c], *others(i0, "Ab")), d_sel_bos))
         spread = max(spread, _sum_up(cls["spread"][c], *others(i0, "sAM")))
     return min(gaps), spread
 
