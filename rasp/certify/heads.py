@@ -80,7 +80,7 @@ def _is_number(v: object) -> bool:
 
 def _table(pred, kvals: list, qvals: list) -> np.ndarray:
     """``pred(key, query)`` over distinct key and query values, ``[query, key]``."""
-    if pred in _NUMERIC and all(_is_number(v) for v in kvals + qvals):
+    if isinstance(pred, Comparison) and pred in _NUMERIC and all(_is_number(v) for v in kvals + qvals):
         return _NUMERIC[pred](np.array(kvals, dtype=float)[None, :], np.array(qvals, dtype=float)[:, None])
     return np.array([[bool(pred(k, q)) for k in kvals] for q in qvals], dtype=bool).reshape(len(qvals), len(kvals))
 
@@ -109,14 +109,6 @@ def selection(st: State, sel, Q: list[dict], K: list[dict]) -> np.ndarray:
     if isinstance(sel, ConstantSelector) and sel.uniform is not None:
         return np.full((len(Q), len(K)), bool(sel.uniform))
     raise CertifyError(f"selector {sel.label!r}: no rule for a {type(sel).__name__}")
-
-
-def _leaves(sel) -> list:
-    if isinstance(sel, (SelectorAnd, SelectorOr)):
-        return _leaves(sel.fst) + _leaves(sel.snd)
-    if isinstance(sel, SelectorNot):
-        return _leaves(sel.inner)
-    return [sel] if isinstance(sel, Select) else []
 
 
 def _writers(st: State, layer: int, h: int, w_dims: np.ndarray) -> tuple[list, str]:

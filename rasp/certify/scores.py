@@ -66,8 +66,7 @@ def _sources(st: State, sop) -> set:
     return ({"tok"} if toks else set()) | ({"pos"} if pos else set()) | {id(n) for n in nodes}
 
 
-def groups(st: State, parts: list, k_sops: list) -> list[tuple[list, list]]:
-    """``[(conjuncts, key s-ops)]`` per group of key sources (union-find)."""
+def _union_find():
     parent: dict = {}
 
     def find(x):
@@ -75,15 +74,21 @@ def groups(st: State, parts: list, k_sops: list) -> list[tuple[list, list]]:
             x = parent[x]
         return x
 
-    def join(xs: set) -> None:
-        xs = [find(x) for x in xs]
-        for x in xs[1:]:
-            parent[x] = xs[0]
+    def join(*xs) -> None:
+        roots = [find(x) for x in xs]
+        for r in roots[1:]:
+            parent[r] = roots[0]
+    return find, join
 
+
+def groups(st: State, parts: list, k_sops: list) -> list[tuple[list, list]]:
+    """``[(conjuncts, key s-ops)]`` per group of key sources (union-find)."""
+    find, join = _union_find()
     cons = [(c, _sources(st, c.keys) if isinstance(c, Select) else set()) for c in parts]
     ops = [(s, _sources(st, s)) for s in k_sops]
     for _, src in cons + ops:
-        join(src)
+        if src:
+            join(*src)
     out: dict = {}
     free: list = []
     for c, src in cons:
@@ -103,21 +108,6 @@ def groups(st: State, parts: list, k_sops: list) -> list[tuple[list, list]]:
 def _add(a: np.ndarray, b: np.ndarray, up: bool) -> np.ndarray:
     s = a + b
     return np.where(np.isinf(s) | np.isnan(s), s, I.up(s) if up else I.down(s))
-
-
-def _union_find():
-    parent: dict = {}
-
-    def find(x):
-        while parent.setdefault(x, x) != x:
-            x = parent[x]
-        return x
-
-    def join(*xs) -> None:
-        roots = [find(x) for x in xs]
-        for r in roots[1:]:
-            parent[r] = roots[0]
-    return find, join
 
 
 def _uses(W: np.ndarray, dims: list[int]) -> np.ndarray:
@@ -188,7 +178,7 @@ def margins(st: State, sel, reduce: str, value_sop, selection, q_dims: np.ndarra
     for qs, gs, qn, qr in built:
         own = {id(st.node(s)) for s in qs}
         dims = [d for d in q_dims if st.owner[d] is not None and id(st.owner[d]) in own]
-        stats.append(_component(st, reduce, [tables[i] for i in gs], st.combos(qn, qr), qn, dims,
+        stats.append(_component(st, [tables[i] for i in gs], st.combos(qn, qr), qn, dims,
                                 WQ, qc, kc, kb, selection))
     return _combine(reduce, stats, const, bos0) + (pairs,)
 
@@ -209,7 +199,7 @@ def _ranks(st: State, value_sop, reduce: str, K: list[dict], name: str) -> np.nd
     return np.array([pos[key_of(v)] for v in vals], dtype=np.int64)
 
 
-def _component(st, reduce, tables, Q, qn, dims, WQ, qc, kc, kb, selection) -> dict:
+def _component(st, tables, Q, qn, dims, WQ, qc, kc, kb, selection) -> dict:
     """Extremes over one component's query states of the differences that the margin sums:
     ``A`` (lowest selected score), ``M`` (highest selected), ``V`` (highest visible), ``B``
     (highest non-selected), ``b`` (BOS), per query state; and, for the rank's component, ``A``
