@@ -100,3 +100,20 @@ def test_broken_lookup_head_fails_margin(row, head_dim, factor):
         W[0, d, head_dim] *= factor
     cert = certify(ct)
     assert (cert.verdict, cert.kind) == ("FAIL", "margin") and "match" in cert.reason
+
+
+def test_with_bit_codes_the_premise_n_gram_of_a_carry_passes_and_runs_the_trace():
+    """``999+1`` needs n-gram 4 (its carry runs through three 9s). Quadratic position equalities
+    leave the lookup head's margin to the error of squared codes times its scale (FAIL margin, the
+    enclosure's loss, not the model's); with every equality on bits the certificate passes, and
+    the certified model reproduces the simulator's trace (26 tokens; the proof covers every input
+    of up to 64)."""
+    tm, tape = TASKS["addition"].build("999+1")
+    trace = build_trace(simulate(tm, tape, 10_000), Vocab.for_machine(tm))
+    tp = transformer_program(tm, 4)
+    n = 64
+    assert certify(tp.to_transformer(n).compiled).verdict == "FAIL"
+    bits = tp.to_transformer(n, binary_from=0.0)
+    cert = certify(bits.compiled)
+    assert cert.verdict == "PASS", cert.text()
+    assert bits.greedy(trace[:len(tape) + 2], len(trace), monitor=False) == trace

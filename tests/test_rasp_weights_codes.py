@@ -64,3 +64,34 @@ def test_program_p_with_coded_cells_matches_the_simulator_and_is_narrower():
 def test_onehot_max_must_be_a_count(bad):
     with pytest.raises(CompileError, match="onehot_max must be an integer >= 0"):
         compile_to_transformer(tokens, VOCAB, 4, onehot_max=bad)
+
+
+def test_values_that_are_not_integers_get_codes_below_every_integer():
+    """Codes follow Python's ``==`` (an integer is its own code); ``None`` and strings sit below
+    ``min(0, smallest integer)``, so they stay small however far the indices reach."""
+    from rasp.core import Map, SequenceMap, indices
+    from rasp.weights.graph import Program
+
+    program = SequenceMap(lambda t, i: None if t == 0 else ("x" if i > 900 else t - 2), tokens, indices)
+    p = Program(program, VOCAB, 1000, True)
+    assert p.code(-1) == -1 and p.code(999) == 999                 # the smallest integer value is -1
+    assert {p.code(None), p.code("x")} == {-2, -3}
+    q = Program(Map(lambda t: None if t == 0 else t, tokens), VOCAB, 5, True)
+    assert q.code(None) == -1
+
+
+def test_binary_from_zero_puts_every_equality_that_can_on_bits():
+    from rasp.core import Aggregate, Comparison, Select, indices
+
+    from rasp.core import Map
+
+    scrambled = Map(lambda i: (7 * i) % 40, indices)          # 40 values: ordinal, computed by an MLP
+    program = Aggregate(Select(indices, scrambled, Comparison.EQ), tokens, default=0)
+    default = compile_to_transformer(program, VOCAB, 40)
+    rng = random.Random(5)
+    bits = assert_compiled_agrees(program, VOCAB, 40, False, [[rng.choice(VOCAB) for _ in range(k)] for k in (3, 40)],
+                                  binary_from=0.0)
+    assert not any(":bit" in label for label in default.residual_labels)
+    assert any(label.startswith("indices:bit") for label in bits.residual_labels)
+    with pytest.raises(CompileError, match="binary_from must be a number >= 0"):
+        compile_to_transformer(program, VOCAB, 4, binary_from=-1.0)

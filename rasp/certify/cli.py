@@ -57,7 +57,10 @@ def _parser() -> argparse.ArgumentParser:
     what.add_argument("--program", metavar="lib:NAME", help=f"one of: {', '.join(sorted(_programs()))}")
     what.add_argument("--machine", metavar="NAME", help="a library Turing machine (program P)")
     p.add_argument("--ngram", type=_positive, metavar="K", help="n-gram order of program P (with --machine)")
-    p.add_argument("--max-seq-len", type=_positive, required=True, metavar="N")
+    p.add_argument("--bits", action="store_true",
+                   help="compile every equality whose sides can carry bit codes with them (binary_from=0): "
+                        "their terms carry no error that grows with the codes; program P needs it past 2-grams")
+    p.add_argument("--max-seq-len", type=_positive, required=True, metavar="N", help="longest input covered")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p
 
@@ -66,6 +69,7 @@ def build(args: argparse.Namespace):
     """The compiled transformer that the arguments name."""
     from rasp.weights import compile_to_transformer
 
+    options = {"binary_from": 0.0} if args.bits else {}
     if args.program is not None:
         if args.ngram is not None:
             raise UsageError("--ngram goes with --machine")
@@ -74,7 +78,7 @@ def build(args: argparse.Namespace):
             raise UsageError(f"--program {args.program!r}: expected lib:NAME with NAME one of "
                              f"{', '.join(sorted(_programs()))}")
         make, vocab = _programs()[name]
-        return compile_to_transformer(make(), vocab, args.max_seq_len)
+        return compile_to_transformer(make(), vocab, args.max_seq_len, **options)
     from rasp.turing.library import TASKS
     from rasp.turing.transformer import transformer_program
 
@@ -84,7 +88,7 @@ def build(args: argparse.Namespace):
         raise UsageError("--machine needs --ngram K")
     task = TASKS[args.machine]
     machine, _ = task.build(task.example)
-    return transformer_program(machine, args.ngram).to_transformer(args.max_seq_len).compiled
+    return transformer_program(machine, args.ngram).to_transformer(args.max_seq_len, **options).compiled
 
 
 def _clean(x: Any) -> Any:

@@ -39,6 +39,7 @@ from rasp.turing.machines import TuringMachine, Vocab
 from rasp.tracr_ops import LinearSequenceMap
 from rasp.weights.assemble import CompiledTransformer, compile_to_transformer
 from rasp.weights.graph import ONEHOT_MAX
+from rasp.weights.heads import BINARY_FROM
 
 
 @dataclass(frozen=True)
@@ -52,17 +53,18 @@ class TransformerProgram:
     match: SOp
 
     def to_transformer(self, max_seq_len: int, *, dtype: torch.dtype = torch.float64,
-                       onehot_max: int = ONEHOT_MAX) -> "CompiledTuringProgram":
+                       onehot_max: int = ONEHOT_MAX, binary_from: float = BINARY_FROM) -> "CompiledTuringProgram":
         """Compile to a causal transformer for traces of at most ``max_seq_len`` tokens.
 
         ``onehot_max`` (:func:`rasp.weights.compile_to_transformer`): with ``0`` the tokens, their
         shifts and the n-gram cells hold integer codes instead of one-hot dimensions, so d_model no
         longer grows as n·|V| (a 4-state, 4-symbol machine at n-gram 16: d_model 2047 and 51 M
         parameters one-hot, 366 and 9 M with codes, about 7x faster greedy decoding); float64 only:
-        the codes of ``NULL``/``EDGE`` sit above the largest index, and float32 rounds their squares."""
+        float32 rounds the squares of large codes. ``binary_from=0`` puts every equality on bit codes
+        (what :mod:`rasp.certify` needs past 2-grams)."""
         ct = compile_to_transformer(self.output, list(range(self.vocab.size)), max_seq_len,
                                     causal=True, dtype=dtype, output_values=list(range(self.vocab.size)),
-                                    onehot_max=onehot_max)
+                                    onehot_max=onehot_max, binary_from=binary_from)
         return CompiledTuringProgram(self, ct)
 
 

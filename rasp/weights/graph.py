@@ -334,19 +334,20 @@ class Program:
     def _assign_codes(self) -> dict:
         """Integer codes shared by every s-op, so that == compares codes: a value equal to an
         integer (``1``, ``True``, ``1.0``, ``Fraction(2, 2)``) is coded as that integer, as
-        Python's ``==`` identifies them; every other value gets its own code above them."""
+        Python's ``==`` identifies them; every other value gets its own code below them (below
+        ``min(0, smallest integer)``), so that a program's special values (``None``, a marker
+        string) keep small codes however far its integers reach (indices up to ``max_seq_len``)."""
         others = set()
-        top = 0
+        bottom = 0
         for node in self.nodes:
             if node.encoding in ("onehot", "ordinal"):
                 for v in node.values:
                     i = integral(v)
                     if i is not None:
-                        top = max(top, abs(i))
+                        bottom = min(bottom, i)
                     else:
                         others.add(v)
-        codes = {v: top + 1 + i for i, v in enumerate(sort_values(others))}
-        return codes
+        return {v: bottom - 1 - i for i, v in enumerate(sort_values(others))}
 
     def code(self, value: Any) -> int:
         i = integral(value)
