@@ -39,7 +39,6 @@ from rasp.turing.machines import TuringMachine, Vocab
 from rasp.tracr_ops import LinearSequenceMap
 from rasp.weights.assemble import CompiledTransformer, compile_to_transformer
 from rasp.weights.graph import ONEHOT_MAX
-from rasp.weights.heads import BINARY_FROM
 
 
 @dataclass(frozen=True)
@@ -53,7 +52,7 @@ class TransformerProgram:
     match: SOp
 
     def to_transformer(self, max_seq_len: int, *, dtype: torch.dtype = torch.float64,
-                       onehot_max: int = ONEHOT_MAX, binary_from: float = BINARY_FROM) -> "CompiledTuringProgram":
+                       onehot_max: int = ONEHOT_MAX, binary_from: float | None = None) -> "CompiledTuringProgram":
         """Compile to a causal transformer for traces of at most ``max_seq_len`` tokens.
 
         ``onehot_max`` (:func:`rasp.weights.compile_to_transformer`): with ``0`` the tokens, their

@@ -25,7 +25,7 @@ from lengthgen.decode import UNDECIDED, decided_argmax
 from lengthgen.model import Annotations, Transformer, TransformerConfig
 from rasp.core import SOp
 from rasp.weights.graph import ONEHOT_MAX, CompileError, Program
-from rasp.weights.heads import BINARY_FROM, HeadSpec, binary_nodes, compile_head
+from rasp.weights.heads import HeadSpec, binary_nodes, compile_head
 from rasp.weights.layout import Feature, Layout
 from rasp.weights.mlp import MLPBlock, compile_mlp
 from rasp.weights.precision import check_heads, check_logits
@@ -129,7 +129,7 @@ class CompiledTransformer:
 def compile_to_transformer(program: SOp, vocab: Sequence[Any], max_seq_len: int, *,
                            causal: bool = True, dtype: torch.dtype = torch.float64,
                            output_values: Sequence[Any] | None = None,
-                           onehot_max: int = ONEHOT_MAX, binary_from: float = BINARY_FROM) -> CompiledTransformer:
+                           onehot_max: int = ONEHOT_MAX, binary_from: float | None = None) -> CompiledTransformer:
     """Compile ``program`` into a :class:`lengthgen.Transformer` for inputs of at most
     ``max_seq_len`` tokens from ``vocab`` (docs/turing-programs.md, "Compiling RASP to weights").
 
@@ -143,8 +143,9 @@ def compile_to_transformer(program: SOp, vocab: Sequence[Any], max_seq_len: int,
     or custom comparison needs a one-hot table. Codes make a model with many categorical s-ops
     narrower and faster (program P at n-gram 16: about 5x fewer parameters). ``binary_from``: an
     equality whose quadratic terms ``beta * c**2`` would reach it (scaled to the format's unit
-    roundoff) compares bit codes (``0``: every equality whose sides can carry them); bits carry no
-    error that grows with the codes, which is what :mod:`rasp.certify` needs on long programs.
+    roundoff) compares bit codes (``None``: ``BINARY_FROM`` = 2^40; ``0``: every equality whose sides
+    can carry them); bits carry no error that grows with the codes, which is what
+    :mod:`rasp.certify` needs on long programs.
     Raises :class:`CompileError` naming the op for anything without exact weights.
     """
     start = time.perf_counter()
@@ -152,7 +153,8 @@ def compile_to_transformer(program: SOp, vocab: Sequence[Any], max_seq_len: int,
         raise CompileError(f"max_seq_len must be a positive integer, got {max_seq_len!r}")
     if not isinstance(onehot_max, int) or isinstance(onehot_max, bool) or onehot_max < 0:
         raise CompileError(f"onehot_max must be an integer >= 0, got {onehot_max!r}")
-    if not isinstance(binary_from, (int, float)) or isinstance(binary_from, bool) or not binary_from >= 0:
+    if binary_from is not None and (not isinstance(binary_from, (int, float)) or isinstance(binary_from, bool)
+                                    or not binary_from >= 0):
         raise CompileError(f"binary_from must be a number >= 0, got {binary_from!r}")
     if dtype not in _DTYPE_NAMES:
         raise CompileError(f"dtype must be torch.float64 or torch.float32, got {dtype!r}")

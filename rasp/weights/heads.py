@@ -64,7 +64,7 @@ def head_scale(node: Node, program: Program) -> float:
     return 2 * (gamma * rank_range + MARGIN)
 
 
-def binary_nodes(program: Program, unit: float = 2.0 ** -53, binary_from: float = BINARY_FROM) -> set[int]:
+def binary_nodes(program: Program, unit: float = 2.0 ** -53, binary_from: float | None = None) -> set[int]:
     """The ordinal s-ops (by ``id``) that also carry a binary code (:mod:`rasp.weights.layout`).
 
     An ``==`` atom whose quadratic form would reach ``BINARY_FROM`` (``beta * c**2``, ``c`` the
@@ -77,9 +77,9 @@ def binary_nodes(program: Program, unit: float = 2.0 ** -53, binary_from: float 
     that the quadratic terms round by the same absolute amount at most. A selector width uses bits
     at any size: its selected keys and BOS must score exactly alike, and an MLP that computes a
     code interpolates ``c**2`` with an error that grows with ``c``. ``binary_from``: the threshold
-    for float64 (``0``: every equality whose sides can carry bits uses them).
+    for float64 (``None``: ``BINARY_FROM``; ``0``: every equality whose sides can carry bits uses them).
     """
-    threshold = binary_from * 2.0 ** -53 / unit
+    threshold = (BINARY_FROM if binary_from is None else binary_from) * 2.0 ** -53 / unit
 
     def copied(node: Node) -> list[Node] | None:       # node and what it copies, if all ordinal
         chain = [node]
