@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from rasp import lib
-from rasp.core import Aggregate, Comparison, Full, Map, Select, SelectorWidth, SequenceMap, indices, tokens
+from rasp.core import (Aggregate, Comparison, Full, Map, Select, SelectorWidth, SequenceMap, indices, numerical,
+                       tokens)
 from rasp.evaluate import evaluate
 from rasp.turing.library import TASKS, sample_machine
 from rasp.turing.machines import Vocab, build_trace, min_ngram, simulate, split_configs
@@ -56,6 +57,31 @@ def test_float32_weights_compare_bits_from_terms_of_2_to_the_11():
     ct = compile_to_transformer(program, vocab, 6, dtype=torch.float32)
     assert ct.layout.n_bits == 7
     xs = [39, 3, 39, 38, 3, 0]
+    assert ct.run(xs) == _interpreter(program, xs, True)
+
+
+def test_terms_exactly_at_the_threshold_compare_bits():
+    """"Reaches" includes equality: a max head over the values {0, 5, 27} has gamma = 40/5 and
+    beta = 2 (8 * 27 + 40) = 512, and with codes 0..2 (onehot_max=0) its terms reach exactly
+    512 * 2**2 = 2**11, float32's threshold; so the tokens carry bits."""
+    values = Map(lambda t: (0, 5, 27)[t], tokens)
+    program = Aggregate(Select(tokens, tokens, Comparison.EQ), numerical(values), reduce="max", default=0)
+    ct = compile_to_transformer(program, [0, 1, 2], 6, dtype=torch.float32, onehot_max=0)
+    assert heads.head_scale(ct.program.by_uid[program.uid], ct.program) == 512
+    assert ct.layout.binary(ct.program.by_uid[tokens.uid]) != []
+    xs = [2, 0, 1, 2, 1, 0]
+    assert ct.run(xs) == _interpreter(program, xs, True)
+
+
+def test_an_atom_below_the_threshold_does_not_stop_the_next_one():
+    """In float32 (threshold 2**11), ``tokens == tokens`` has terms up to 80 * 2**2 (no bits) and the
+    next atom ``indices == indices`` up to 80 * 11**2 (bits): each atom is judged on its own."""
+    program = Aggregate(Select(tokens, tokens, Comparison.EQ) & Select(indices, indices, Comparison.EQ),
+                        tokens, default=-1)
+    ct = compile_to_transformer(program, [0, 1, 2], 12, dtype=torch.float32, onehot_max=0)
+    assert ct.layout.binary(ct.program.by_uid[tokens.uid]) == []
+    assert ct.layout.binary(ct.program.by_uid[indices.uid]) != []
+    xs = [2, 0, 1, 2, 1, 0, 0, 2, 2, 1, 1, 0]
     assert ct.run(xs) == _interpreter(program, xs, True)
 
 
