@@ -118,7 +118,13 @@ RASP_TESTS += tuple(f"tests/test_rasp_weights_binary.py::test_{t}" for t in (
     "an_equality_of_large_tokens_compiles_exactly_at_the_default_threshold",
     "an_aggregate_copies_the_bits_of_its_value_and_of_its_default",
     "measured_leak_of_a_binary_equality_is_below_the_documented_bound",
-    "program_p_with_binary_codes_matches_the_simulator"))
+    "program_p_with_binary_codes_matches_the_simulator", "terms_exactly_at_the_threshold_compare_bits",
+    "an_atom_below_the_threshold_does_not_stop_the_next_one"))
+# the compile options onehot_max and binary_from, and where codes of values that are not integers go
+RASP_TESTS += tuple(f"tests/test_rasp_weights_codes.py::test_{t}" for t in (
+    "every_program_equals_the_interpreter_with_codes_only", "tracr_library_programs_equal_the_interpreter_with_codes_only",
+    "onehot_max_must_be_a_count", "values_that_are_not_integers_get_codes_below_every_integer",
+    "binary_from_zero_puts_every_equality_that_can_on_bits"))
 
 # The tests of part `multiplication` (the N×2 certificate), cheap and sharp first: PASS at N = 2, every
 # printed bound against the float64 forward pass at N = 2 (blunt M and M near the smallest certified),
@@ -279,6 +285,14 @@ PARTS = {
     # values worked out by hand (written for the first run's survivors), large integer values
     # refused or compiled exactly against the interpreter, the refusals' reasons and limits, and the
     # programs of the compiler tests, which must still compile (about 2 s)
+    # the certificate of compiled programs (rasp/certify/): the PASS programs against the float64
+    # forward pass and the interpreter, and one broken weight per check (about 1.5 s); program P's
+    # file (20 s) is for --recheck
+    "rasp-certify": Part(
+        ("rasp/certify/state.py", "rasp/certify/heads.py", "rasp/certify/scores.py", "rasp/certify/mlps.py",
+         "rasp/certify/run.py"),
+        ("tests/test_rasp_certify.py", "tests/test_rasp_certify_fails.py"),
+        isolation="fork"),
     "rasp-precision": Part(
         ("rasp/weights/precision.py",),
         ("tests/test_rasp_weights_precision_bounds.py", "tests/test_rasp_weights_precision.py",
