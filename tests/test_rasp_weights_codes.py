@@ -78,6 +78,8 @@ def test_values_that_are_not_integers_get_codes_below_every_integer():
     assert {p.code(None), p.code("x")} == {-2, -3}
     q = Program(Map(lambda t: None if t == 0 else t, tokens), VOCAB, 5, True)
     assert q.code(None) == -1
+    r = Program(Map(lambda t: None if t == 1 else t, tokens), [1, 2, 3], 5, True)   # below 0 too
+    assert r.code(None) == -1
 
 
 def test_binary_from_zero_puts_every_equality_that_can_on_bits():
