@@ -58,7 +58,7 @@ class TransformerProgram:
         ``onehot_max`` (:func:`rasp.weights.compile_to_transformer`): with ``0`` the tokens, their
         shifts and the n-gram cells hold integer codes instead of one-hot dimensions, so d_model no
         longer grows as n·|V| (a 4-state, 4-symbol machine at n-gram 16: d_model 2047 and 51 M
-        parameters one-hot, 366 and 9 M with codes, about 7x faster greedy decoding); float64 only:
+        parameters one-hot, 366 and 9 M with codes, 5 to 8 times faster greedy decoding); float64 only:
         float32 rounds the squares of large codes. ``binary_from=0`` puts every equality on bit codes
         (what :mod:`rasp.certify` needs past 2-grams)."""
         ct = compile_to_transformer(self.output, list(range(self.vocab.size)), max_seq_len,
