@@ -36,7 +36,19 @@ PROGRAMS = {
     "firsts (min)": (lambda: lib.firsts(tokens, tokens), ABC),
     "shift_right": (lambda: lib.shift_right(tokens, 1, "_"), ABC),
     "cumsum (width of an And)": (lambda: lib.cumsum(Map(lambda t: t == "a", tokens)), ABC),
+    "three aggregates in one head": (lambda: _one_head_three_values(), ABC),
 }
+
+
+def _one_head_three_values():
+    """Three Aggregates with one selector share one head (each value in its own columns of W_V)."""
+    from rasp.core import Aggregate, Comparison, Select, SequenceMap, indices
+
+    previous = Select(indices, indices - 1, Comparison.EQ)
+    token = Aggregate(previous, tokens, default="_")
+    is_a = Aggregate(previous, Map(lambda t: t == "a", tokens), default=False)
+    is_b = Aggregate(previous, Map(lambda t: t == "b", tokens), default=False)
+    return SequenceMap(lambda x, y: x if y else "_", token, SequenceMap(lambda u, v: u or v, is_a, is_b))
 
 
 def test_documented_constants():
