@@ -207,3 +207,39 @@ def test_raised_bos_score_fails_the_margin(make):
     out = verdict(ct)
     assert out[:2] == ("FAIL", "margin")
     assert any(got != want for got, want in zip(ct.run(["a", "b", "a"]), make().run(["a", "b", "a"])))
+
+
+def test_unembedding_bias_fails_readout():
+    """b_U is part of the logits: a bias that makes 'b' win at every position is a FAIL, and the
+    model really answers 'b' where the program says 'a'."""
+    ct = shift()
+    edit(ct.model.unembed.b_U, (ct.classes.index("b"),), add=2.0)
+    assert verdict(ct)[:2] == ("FAIL", "readout")
+    assert ct.run(["a", "a"])[1] == "b"
+
+
+def frac_prevs():
+    return compile_to_transformer(lib.make_frac_prevs(Map(lambda t: 1 if t == "a" else 0, tokens)), ABC, N)
+
+
+@pytest.mark.parametrize("fraction", [(2, 3), (1, 6), (5, 6)])
+def test_a_numerical_mean_whose_value_set_lacks_a_fraction_fails_lookup(fraction):
+    """The value set of a mean of 0/1 values over at most N = 6 keys must hold every i/w (w <= 6):
+    drop one of them (i = w - 1, w = N) and the certificate FAILs lookup."""
+    ct = frac_prevs()
+    node = next(n for n in ct.program.nodes if n.label == "frac_prevs")
+    i, w = fraction
+    node.values.remove(next(v for v in node.values if v == i / w))
+    out = verdict(ct)
+    assert out[:2] == ("FAIL", "lookup") and "lacks a mean" in out[2]
+
+
+def test_a_numerical_mean_of_values_outside_0_and_1_is_refused():
+    """The compiler compiles a prefix mean of 0/2 values; the certificate does not cover it and
+    says so in one line (its value set is checked only for means of 0/1 values)."""
+    from rasp.core import Aggregate, Comparison, Select, indices, numerical
+
+    two = numerical(Map(lambda t: 2 if t == "a" else 0, tokens))
+    ct = compile_to_transformer(numerical(Aggregate(Select(indices, indices, Comparison.LEQ), two, default=0)), ABC, N)
+    with pytest.raises(CertifyError, match="outside"):
+        certify(ct)
