@@ -19,7 +19,7 @@ from rasp.certify import PREMISE, certify
 from rasp.certify.heads import LOOKUP_TOL, TV_MAX
 from rasp.certify.run import NUMERIC_TOL
 from rasp.certify.state import COMBO_BUDGET, PAIR_BUDGET
-from rasp.core import Map, tokens
+from rasp.core import Aggregate, Comparison, Map, Select, SelectorWidth, indices, tokens
 from rasp.weights import compile_to_transformer
 
 N = 6                     # max_seq_len of every compiled program here
@@ -37,6 +37,11 @@ PROGRAMS = {
     "shift_right": (lambda: lib.shift_right(tokens, 1, "_"), ABC),
     "cumsum (width of an And)": (lambda: lib.cumsum(Map(lambda t: t == "a", tokens)), ABC),
     "three aggregates in one head": (lambda: _one_head_three_values(), ABC),
+    "width of an Or": (lambda: SelectorWidth(Select(tokens, tokens, Comparison.LT) | Select(tokens, tokens, Comparison.EQ)),
+                       NUM),
+    "width of a Not": (lambda: SelectorWidth(~Select(tokens, tokens, Comparison.EQ)), ABC),
+    "max over an And": (lambda: Aggregate(Select(tokens, tokens, Comparison.LEQ) & Select(indices, indices, Comparison.LT),
+                                          tokens, reduce="max", default=0), NUM),
 }
 
 

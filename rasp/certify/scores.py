@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from lengthgen.proof import interval as I
-from rasp.core import Comparison, Select, SelectorAnd
+from rasp.core import Comparison, Select, SelectorAnd, SelectorNot, SelectorOr
 from rasp.certify.state import CertifyError, Fail, State, key_of
 from rasp.lib import tuple_append, tuple_pair, tuple_singleton
 
@@ -61,6 +61,18 @@ def conjuncts(st: State, sel) -> list:
     return [sel]
 
 
+def leaves(sel) -> list:
+    """The Selects a selector is built from, through And, Or and Not (an Or or a Not conjunct
+    compares the keys and queries of all of its leaves at once)."""
+    if isinstance(sel, Select):
+        return [sel]
+    if isinstance(sel, (SelectorAnd, SelectorOr)):
+        return leaves(sel.fst) + leaves(sel.snd)
+    if isinstance(sel, SelectorNot):
+        return leaves(sel.inner)
+    return []
+
+
 def _sources(st: State, sop) -> set:
     toks, pos, nodes = st.base(sop)
     return ({"tok"} if toks else set()) | ({"pos"} if pos else set()) | {id(n) for n in nodes}
@@ -84,7 +96,7 @@ def _union_find():
 def groups(st: State, parts: list, k_sops: list) -> list[tuple[list, list]]:
     """``[(conjuncts, key s-ops)]`` per group of key sources (union-find)."""
     find, join = _union_find()
-    cons = [(c, _sources(st, c.keys) if isinstance(c, Select) else set()) for c in parts]
+    cons = [(c, set().union(*[_sources(st, leaf.keys) for leaf in leaves(c)])) for c in parts]
     ops = [(s, _sources(st, s)) for s in k_sops]
     for _, src in cons + ops:
         if src:
@@ -128,22 +140,21 @@ def margins(st: State, sel, reduce: str, value_sop, selection, q_dims: np.ndarra
     grouped = groups(st, parts, [o.sop for o in st.owners(k_dims)] + rank_sops)
     find, join = _union_find()
     q_nodes = [o for o in st.owners(q_dims)]
-    q_all = [c.queries for c in parts if isinstance(c, Select)] + [o.sop for o in q_nodes]
+    q_all = [leaf.queries for c in parts for leaf in leaves(c)] + [o.sop for o in q_nodes]
     for sop in q_all:
         join(*[("q", x) for x in _sources(st, sop)] or [("none",)])
     key_tabs = []
     for i, (cons, sops) in enumerate(grouped):
         join(("g", i))
-        names, ranges = st.sources(sops + [c.keys for c in cons if isinstance(c, Select)])
+        names, ranges = st.sources(sops + [leaf.keys for c in cons for leaf in leaves(c)])
         own = {id(st.node(s)) for s in sops}
         dims = [d for d in k_dims if st.owner[d] is not None and id(st.owner[d]) in own]
         reach = _uses(WK, dims)
         for o in q_nodes:
             if np.any(reach & _uses(WQ, st.layout.dims[id(o)])):
                 join(("g", i), *[("q", x) for x in _sources(st, o.sop)])
-        for c in cons:
-            if isinstance(c, Select):
-                join(("g", i), *[("q", x) for x in _sources(st, c.queries)])
+        for leaf in (leaf for c in cons for leaf in leaves(c)):
+            join(("g", i), *[("q", x) for x in _sources(st, leaf.queries)])
         if "pos" in names and any("pos" in _sources(st, q) for q in q_all):
             join(("g", i), ("q", "pos"))
         key_tabs.append((cons, sops, names, ranges, dims))
