@@ -58,7 +58,7 @@ def one(states: int, symbols: int, ngram: int | None, tokens: int, seed: int, mi
     seconds = time.perf_counter() - start
     generated = len(got) - L - 2
     return {"states": states, "symbols": symbols, "machine_seed": sample.seed, "trace_tokens": len(ref),
-            "premise_ngram": premise, "ngram": n, "compile_s": round(compile_s, 2),
+            "premise_ngram": premise, "ngram": n, "onehot_max": onehot_max, "compile_s": round(compile_s, 2),
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
             "params": compiled.compiled.stats["params"], "d_model": compiled.compiled.stats["d_model"],
             "greedy_tokens": generated, "tokens_per_s": round(generated / seconds, 1),
@@ -107,8 +107,8 @@ def main() -> int:
                     row = json.loads(out.stdout.strip().splitlines()[-1])
                     if ngram and ngram <= row["premise_ngram"]:
                         continue                            # the premise's order is already a row
-                    rows.append({**row, "onehot_max": onehot_max})
-                    print("| " + " | ".join(str(row.get(k, onehot_max)) for k in keys) + " |", flush=True)
+                    rows.append(row)
+                    print("| " + " | ".join(str(row[k]) for k in keys) + " |", flush=True)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"tokens": args.tokens, "seed": args.seed, "rows": rows}, fh, indent=1)

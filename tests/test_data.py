@@ -7,7 +7,7 @@ from hypothesis import given, strategies as st
 
 from lengthgen.packing import packed_rows
 from lengthgen.data import (
-    DataError, add_digits, batch_from_operands, check_digits, eval_batch, layout, packed_training_batch,
+    DataError, add_digits, check_pack_fits, batch_from_operands, check_digits, eval_batch, layout, packed_training_batch,
     parse_digit_range, sample_numbers, table_digits, table_size, training_batch,
 )
 from lengthgen.positions import coupled_addition_ids
@@ -154,6 +154,20 @@ def test_rows_packed_with_up_to_five_problems_are_correct_additions_in_every_ord
     assert 0.2 < counts.count(1) / len(counts) < 0.3                 # 1 - pack
     assert all(counts.count(k) > 0.1 * len(counts) for k in (2, 3, 4, 5))  # k uniform on 2..5
     assert max_gap >= 45 and len(orders) == 6                        # far IDs meet; ranges in any order
+
+
+@pytest.mark.parametrize("hi, problems", [(3, 2), (8, 2), (5, 5)])
+def test_the_advised_max_digits_is_the_smallest_table_that_fits(hi, problems):
+    """The refusal's advice, read back: its --max-digits gives a table that holds the packed
+    problems, one digit fewer does not (the advice once asked for a table one ID short)."""
+    import re
+
+    with pytest.raises(DataError) as err:
+        check_pack_fits(hi, table_size("coupled", hi), problems)
+    advised = int(re.search(r"at least (\d+)", str(err.value)).group(1))
+    check_pack_fits(hi, table_size("coupled", advised), problems)
+    with pytest.raises(DataError):
+        check_pack_fits(hi, table_size("coupled", advised - 1), problems)
 
 
 def test_rows_of_many_problems_refuse_a_table_too_small():

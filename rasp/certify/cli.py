@@ -13,7 +13,7 @@ import math
 import sys
 from typing import Any, Callable
 
-from lengthgen.cli import ArgumentParser, UsageError, run_cli
+from lengthgen.cli import ArgumentParser, UsageError, positive_integer, run_cli
 from rasp import lib
 from rasp.core import Map, tokens
 from rasp.errors import RASPError
@@ -40,27 +40,17 @@ def _programs() -> dict[str, tuple[Callable[[], Any], list]]:
     }
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
-    if value < 1 or not text.strip().isdigit():
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return value
-
-
 def _parser() -> argparse.ArgumentParser:
     p = ArgumentParser(prog=PROG, description="Prove from the weights that a compiled RASP program "
                        "computes the program on every input up to --max-seq-len tokens.")
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--program", metavar="lib:NAME", help=f"one of: {', '.join(sorted(_programs()))}")
     what.add_argument("--machine", metavar="NAME", help="a library Turing machine (program P)")
-    p.add_argument("--ngram", type=_positive, metavar="K", help="n-gram order of program P (with --machine)")
+    p.add_argument("--ngram", type=positive_integer, metavar="K", help="n-gram order of program P (with --machine)")
     p.add_argument("--bits", action="store_true",
                    help="compile every equality whose sides can carry bit codes with them (binary_from=0): "
                         "their terms carry no error that grows with the codes; program P needs it past 2-grams")
-    p.add_argument("--max-seq-len", type=_positive, required=True, metavar="N", help="longest input covered")
+    p.add_argument("--max-seq-len", type=positive_integer, required=True, metavar="N", help="longest input covered")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p
 

@@ -294,15 +294,25 @@ def _classes(out: dict, per: list, g0: int, t: I.Iv, b: I.Iv) -> None:
     out["classes"] = cls
 
 
-def _sum_lo(*xs: float) -> float:
-    """A lower bound of a sum of lower bounds of gaps; ``+inf`` (a vacuous gap: no query state has
-    such keys) makes the whole condition vacuous."""
-    if any(x == np.inf for x in xs):
-        return np.inf
+def _bound_sum(xs: tuple, up: bool) -> float:
+    """An upper (``up``) or lower bound of a sum of bounds, rounded outward. An empty side makes
+    the sum empty: ``+inf`` for gaps (no query state has such keys: the condition is vacuous),
+    ``-inf`` for spreads (no such keys: nothing spreads)."""
+    empty = -np.inf if up else np.inf
+    if any(x == empty for x in xs):
+        return empty
     total = 0.0
     for x in xs:
-        total = float(_add(np.array(total), np.array(x), False))
-    return float(I.lower_bound(np.array(total)))
+        total = float(_add(np.array(total), np.array(x), up))
+    return float((I.upper_bound if up else I.lower_bound)(np.array(total)))
+
+
+def _sum_lo(*xs: float) -> float:
+    return _bound_sum(xs, up=False)
+
+
+def _sum_up(*xs: float) -> float:
+    return _bound_sum(xs, up=True)
 
 
 def _combine(reduce: str, stats: list[dict], const: I.Iv, bos0: I.Iv) -> tuple[float, float]:
@@ -333,16 +343,6 @@ def _combine(reduce: str, stats: list[dict], const: I.Iv, bos0: I.Iv) -> tuple[f
         gaps.append(_sum_lo(_sum_lo(cls["b"][c], *others(i0, "Ab")), d_sel_bos))
         spread = max(spread, _sum_up(cls["spread"][c], *others(i0, "sAM")))
     return min(gaps), spread
-
-
-def _sum_up(*xs: float) -> float:
-    """An upper bound of a sum of upper bounds of spreads; ``-inf`` (no such keys) makes it empty."""
-    if any(x == -np.inf for x in xs):
-        return -np.inf
-    total = 0.0
-    for x in xs:
-        total = float(_add(np.array(total), np.array(x), True))
-    return float(I.upper_bound(np.array(total)))
 
 
 def _gap(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 from tqdm import tqdm
 
-from lengthgen.cli import ArgumentParser, UsageError, integer, run_cli
+from lengthgen.cli import ArgumentParser, UsageError, positive_integer, run_cli
 from lengthgen.resources import require_memory
 from rasp.analyse import analyse
 from rasp.turing.program import compile_turing_machine
@@ -75,14 +75,6 @@ MAX_RANDOM_TRANSITIONS = 10**6
 BYTES_PER_TOKEN_PAIR = 10
 
 
-def _positive(text: str) -> int:
-    """``--max-steps``, ``--ngram``: a whole number >= 1."""
-    value = integer(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return value
-
-
 def _parser() -> argparse.ArgumentParser:
     p = ArgumentParser(
         prog=PROG, epilog=EPILOG,
@@ -94,10 +86,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--machine", required=True, metavar="NAME|PATH.json",
                    help="library machine, random:SEED[:STATES:SYMBOLS], or a JSON spec file")
     p.add_argument("--input", required=True, metavar="TEXT", help="the input (initial tape)")
-    p.add_argument("--ngram", type=_positive, metavar="N",
+    p.add_argument("--ngram", type=positive_integer, metavar="N",
                    help="n-gram order of the lookup, 1 <= N <= cells + 1 (default: the smallest n for "
                         "which no configuration of the simulated trace repeats an n-gram)")
-    p.add_argument("--max-steps", type=_positive, default=10_000, metavar="S",
+    p.add_argument("--max-steps", type=positive_integer, default=10_000, metavar="S",
                    help="step budget of the simulator (>= 1); not halting within it is an error "
                         "(default 10000; see 'tape' below)")
     p.add_argument("--mode", choices=("teacher", "greedy"), default="greedy",

@@ -41,6 +41,14 @@ def non_negative_integer(text: str) -> int:
     return value
 
 
+def positive_integer(text: str) -> int:
+    """A whole number ≥ 1 (lengths, counts, n-gram orders)."""
+    value = integer(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
 def real(text: str) -> float:
     """A finite decimal number (``inf`` and ``nan`` are refused: no option here means them)."""
     if not _ASCII_REAL.fullmatch(text.strip()) or not math.isfinite(float(text)):

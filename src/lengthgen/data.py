@@ -197,12 +197,17 @@ def training_batch(
     return layout(a, b, n, scheme, start)
 
 
-def check_pack_fits(hi: int, n_ctx: int, gap: int = 2) -> None:
-    """Two ``hi``-digit problems (``hi + 2`` IDs each) ``gap`` IDs apart must fit in IDs ``1 .. n_ctx − 1``."""
+def check_pack_fits(hi: int, n_ctx: int, problems: int = 2, gap: int = 2) -> None:
+    """``problems`` ``hi``-digit problems (``hi + 2`` IDs each), ``gap`` IDs apart, must fit in IDs
+    ``1 .. n_ctx − 1``; the advice names the ``--max-digits`` whose table (IDs up to
+    ``EVAL_START + max_digits``) holds them."""
     max_id = n_ctx - 1
-    if 2 * (hi + 2) + gap > max_id:
-        raise DataError(f"--pack needs two {hi}-digit problems {gap} IDs apart in IDs 1..{max_id}: "
-                        f"raise --max-digits to at least {2 * (hi + 2) + gap - 1 - EVAL_START}")
+    need = problems * (hi + 2) + (problems - 1) * gap
+    if need > max_id:
+        what = "--pack needs two" if problems == 2 else f"--pack-problems {problems} needs {problems}"
+        lower = "" if problems == 2 else " or lower --pack-problems"
+        raise DataError(f"{what} {hi}-digit problems {gap} IDs apart in IDs 1..{max_id}: "
+                        f"raise --max-digits to at least {need - EVAL_START}{lower}")
 
 
 def packed_training_batch(
@@ -220,7 +225,7 @@ def packed_training_batch(
     never trained (docs/training.md, "Packed rows"). Gap ≥ 2 keeps every key of the other problem off the
     IDs ``i`` and ``i − 1`` that a query at ID ``i`` reads. Rows that are not packed are ordinary
     :func:`training_batch` rows."""
-    check_pack_fits(hi, n_ctx, gap)
+    check_pack_fits(hi, n_ctx, gap=gap)
     max_id = n_ctx - 1
     probs = []
     for _ in range(2):

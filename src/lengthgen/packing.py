@@ -21,17 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .data import DOLLAR, Batch, DataError, layout, sample_numbers
+from .data import DOLLAR, Batch, check_pack_fits, layout, sample_numbers
 from .positions import random_start
-
-
-def check_fits(hi: int, n_ctx: int, problems: int, gap: int = 2) -> None:
-    """``problems`` problems of ``hi`` digits (``hi + 2`` IDs each), ``gap`` apart, must fit in
-    IDs ``1 .. n_ctx − 1``."""
-    need = problems * (hi + 2) + (problems - 1) * gap
-    if need > n_ctx - 1:
-        raise DataError(f"--pack-problems {problems} needs {problems} {hi}-digit problems {gap} IDs apart in "
-                        f"IDs 1..{n_ctx - 1}: raise --max-digits to at least {need - 2} or lower --pack-problems")
 
 
 def _id_starts(rng: np.random.Generator, widths: np.ndarray, max_id: int, gap: int) -> np.ndarray:
@@ -57,7 +48,7 @@ def packed_rows(rng: np.random.Generator, batch_size: int, lo: int, hi: int, n_c
     problems (module docstring)."""
     if problems < 3:
         raise ValueError("packed_rows is for three or more problems per row (two: data.packed_training_batch)")
-    check_fits(hi, n_ctx, problems, gap)
+    check_pack_fits(hi, n_ctx, problems, gap)
     max_id = n_ctx - 1
     ops = []
     for _ in range(problems):

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 import torch
 
 from . import task_batches
-from . import packing
 from .data import DataError, SCHEMES, check_pack_fits, parse_digit_range
 from .init import init_weights_, sinusoidal_table
 from .model import Annotations, Transformer, TransformerConfig
@@ -94,9 +93,7 @@ class TrainConfig:
         if self.pack_problems > 2 and not self.pack:
             raise DataError("--pack-problems needs --pack F > 0 (the fraction of rows that are packed)")
         if self.pack:
-            table = task_batches.table_size(self.task, self.positions, self.max_digits)
-            check_pack_fits(hi, table)
-            packing.check_fits(hi, table, self.pack_problems)
+            check_pack_fits(hi, task_batches.table_size(self.task, self.positions, self.max_digits), self.pack_problems)
         if self.positions == "hard-alibi" and self.window < 1:
             raise DataError("--window must be at least 1")
 
