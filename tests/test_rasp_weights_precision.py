@@ -9,10 +9,11 @@ position of a 7-token input. The oracle is the interpreter's dense path (``evalu
 from __future__ import annotations
 
 import pytest
+import torch
 from hypothesis import given, settings, strategies as st
 
 from rasp import lib
-from rasp.core import Aggregate, Comparison, Map, Select, SelectorWidth, indices, tokens
+from rasp.core import Aggregate, Comparison, Map, Select, SelectorWidth, SequenceMap, indices, tokens
 from rasp.evaluate import evaluate
 from rasp.weights import compile_to_transformer
 from rasp.weights.values import CompileLimitError
@@ -25,12 +26,14 @@ PROGRAMS = {
     "shift": lambda: lib.shift_right(tokens, 1, 0),
     "positions": lambda: Aggregate(Select(Map(lambda i: i + 4097, indices), Map(lambda i: i + 4097, indices),
                                           Comparison.EQ), tokens),
+    "shifted sum": lambda: lib.shift_right(SequenceMap(lambda t, i: t + i % 3, tokens, indices), 1, 0),
+    "sort": lambda: lib.make_sort_unique(tokens, tokens),
 }
 
 
-def _agree_or_refuse(program, vocab, xs, causal, n=12):
+def _agree_or_refuse(program, vocab, xs, causal, n=12, dtype=torch.float64):
     try:
-        ct = compile_to_transformer(program, vocab, n, causal=causal)
+        ct = compile_to_transformer(program, vocab, n, causal=causal, dtype=dtype)
     except CompileLimitError as exc:
         return exc
     want = list(evaluate(program, xs, causal=causal, fast=False).column(program))
@@ -47,6 +50,31 @@ def test_large_integer_values_are_refused_or_exact(base, onehot, name, causal, p
     vocab = [0, 1, base] if onehot else [base + i for i in range(40)]
     xs = [vocab[p % len(vocab)] if p < 3 else vocab[-1 - p % 2] for p in picks]
     _agree_or_refuse(PROGRAMS[name](), vocab, xs, causal)
+
+
+@settings(max_examples=40, deadline=None)
+@given(base=st.sampled_from([2, 100, 1000, 3000, 4097, 5000, 10**4, 2**24 + 1]),
+       onehot=st.booleans(), name=st.sampled_from(sorted(PROGRAMS)), causal=st.booleans(),
+       picks=st.lists(st.integers(0, 4), min_size=1, max_size=12))
+def test_float32_weights_are_refused_or_exact(base, onehot, name, causal, picks):
+    """The guard in float32's unit roundoff (2^-24): codes whose squares pass 2^24, scores that
+    are not integer arithmetic below 2^24 and logits of large codes are refused."""
+    vocab = [0, 1, base] if onehot else [base + i for i in range(40)]
+    xs = [vocab[p % len(vocab)] if p < 3 else vocab[-1 - p % 2] for p in picks]
+    _agree_or_refuse(PROGRAMS[name](), vocab, xs, causal, dtype=torch.float32)
+
+
+def test_float32_refuses_codes_near_5000_that_it_used_to_compile_wrong():
+    """``shift_right(t + i % 3)`` over the tokens 5000..5039: the code 5039's square passes 2^24.
+    float32 weights used to compile and answer wrong on every input tried; float64 compiles, and
+    agrees with the interpreter."""
+    program = lib.shift_right(SequenceMap(lambda t, i: t + i % 3, tokens, indices), 1, 5000)
+    vocab = list(range(5000, 5040))
+    exc = _agree_or_refuse(program, vocab, [5000], True, n=16, dtype=torch.float32)
+    assert isinstance(exc, CompileLimitError) and "float32" in str(exc) and "2^24" in str(exc)
+    assert exc.limit == 2.0**24
+    ct = _agree_or_refuse(program, vocab, [5039, 5001, 5020, 5000, 5038, 5011, 5007], True, n=16)
+    assert not isinstance(ct, Exception)
 
 
 @pytest.mark.parametrize("name", ["hist", "firsts", "identity"])

@@ -16,6 +16,7 @@ import math
 from fractions import Fraction
 
 import pytest
+import torch
 
 from rasp.core import (Aggregate, Comparison, Map, Select, SelectorWidth, SequenceMap, indices, numerical,
                        tokens)
@@ -23,7 +24,8 @@ from rasp.weights import compile_to_transformer
 from rasp.weights.graph import Program
 from rasp.weights.heads import HeadSpec
 from rasp.weights.layout import Layout
-from rasp.weights.precision import coordinate_bounds, rounding_bound, score_bound
+from rasp.weights.precision import (coordinate_bounds, integer_coordinates, onehot_groups, rounding_bound,
+                                    score_bound)
 from rasp.weights.values import CompileLimitError
 from tests.rasp_weights_checks import assert_compiled_agrees
 
@@ -49,6 +51,11 @@ def test_coordinate_bounds_are_each_s_ops_largest_value_and_its_square():
             "prod": 273, "prod^2": 273**2, "w": 40, "w^2": 1600, "w:1/(w+1)": 1,
             "sum": 313, "sum^2": 313**2, "num": 9, "mean": math.inf, "out": math.inf}
     assert dict(zip(layout.labels, coordinate_bounds(layout))) == want
+    fractional = {"w:1/(w+1)", "num", "mean", "out"}     # the scratch, (4100 - t) / 4, and unknown sets
+    assert dict(zip(layout.labels, integer_coordinates(layout))) == {k: k not in fractional for k in want}
+    groups = dict(zip(layout.labels, onehot_groups(layout)))
+    assert {k for k, g in groups.items() if g >= 0} == {"small:0", "small:1", "small:2"}
+    assert len({groups[f"small:{v}"] for v in range(3)}) == 1
 
 
 def test_a_code_whose_square_passes_2_to_the_53_is_named_with_its_square():
@@ -72,6 +79,32 @@ def test_score_bound_and_its_rounding_for_a_head_written_by_hand():
     assert rounding_bound(head, bounds) == float(7 * 51 * U)
     empty = HeadSpec(None, "no score dimensions")
     assert score_bound(empty, bounds) == 0 and rounding_bound(empty, bounds) == 0
+
+
+def test_a_one_hot_group_counts_its_largest_coefficient_once():
+    """Coordinates 0..2 are one one-hot s-op (one of them is 1), coordinate 3 is bounded by 7.
+    Query 2 x0 - 5 x1 + 3 x2, key x3: S = 5 * 7 = 35 (not (2 + 5 + 3) 7 = 70), and the query is one
+    non-zero term, so k = 1 and the rounding bound is (2 + 1 + 1) u S = 140 u."""
+    head = HeadSpec(None, "by hand", qk=[({0: 2.0, 1: -5.0, 2: 3.0}, {3: 1.0})])
+    bounds, groups = [1.0, 1.0, 1.0, 7.0], [0, 0, 0, -1]
+    assert score_bound(head, bounds) == 70 and rounding_bound(head, bounds) == float(8 * 70 * U)
+    assert score_bound(head, bounds, groups) == 35
+    assert rounding_bound(head, bounds, groups=groups) == float(4 * 35 * U)
+
+
+@pytest.mark.parametrize("query, integer, unit, want", [
+    ({0: 2.0}, [True, True], U, 0),                                      # 2 x0 * 3 x1: S = 30, exact
+    ({0: 2.5}, [True, True], U, 4 * Fraction(75, 2) * U),                # a coefficient 2.5
+    ({0: 2.0}, [True, False], U, 4 * 30 * U),                            # x1 not integer-valued
+    ({0: 2.0}, [True, True], Fraction(1, 16), 4 * 30 * Fraction(1, 16)),  # S = 30 > 1/u = 16
+    ({0: 2.0}, [True, True], Fraction(1, 32), 0),                        # S = 30 <= 1/u = 32
+])
+def test_integer_arithmetic_below_one_over_u_rounds_by_nothing(query, integer, unit, want):
+    """Query ``query``, key 3 x1, bounds (1, 5): integer coefficients on integer coordinates
+    with S <= 1/u give integers of magnitude at most 1/u at every step, which the format holds;
+    otherwise the bound is (2 k + d_head + 1) u S = 4 u S."""
+    head = HeadSpec(None, "by hand", qk=[(query, {1: 3.0})])
+    assert rounding_bound(head, [1.0, 5.0], float(unit), integer=integer) == float(want)
 
 
 def test_large_scores_are_refused_with_the_rounding_bound_and_the_slack():
@@ -103,6 +136,19 @@ def test_an_ordinal_output_just_under_the_logit_threshold_compiles_and_is_exact(
     square's coordinate for X would refuse it)."""
     program, vocab, inputs, error = _identity(15_000_039)
     assert error < Fraction(1, 4)
+    assert_compiled_agrees(program, vocab, 6, True, inputs)
+
+
+def test_in_float32_the_logit_threshold_is_where_9_x_squared_reaches_2_to_the_22():
+    """float32's unit roundoff is 2^-24, so the bound 9 X**2 u passes 1/4 at X = 682.7: X = 639
+    (0.219) compiles and agrees with the interpreter in float32, X = 719 (0.277) is refused; both
+    compile in float64."""
+    program, vocab, inputs, _ = _identity(639)
+    assert 9 * 639**2 * Fraction(1, 2**24) < Fraction(1, 4) < 9 * 719**2 * Fraction(1, 2**24)
+    assert_compiled_agrees(program, vocab, 6, True, inputs, dtype=torch.float32)
+    program, vocab, inputs, _ = _identity(719)
+    with pytest.raises(CompileLimitError, match="so float32 could round a logit by 0.277"):
+        compile_to_transformer(program, vocab, 4, dtype=torch.float32)
     assert_compiled_agrees(program, vocab, 6, True, inputs)
 
 

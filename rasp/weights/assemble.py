@@ -162,7 +162,8 @@ def compile_to_transformer(program: SOp, vocab: Sequence[Any], max_seq_len: int,
     if not vocab or len(set(vocab)) != len(vocab):
         raise CompileError("the vocabulary must be non-empty and without repeats")
     prog = Program(program, vocab, max_seq_len, causal, onehot_max)
-    layout = Layout(prog, binary_nodes(prog, unit=torch.finfo(dtype).eps / 2, binary_from=binary_from))
+    unit = torch.finfo(dtype).eps / 2          # the format's unit roundoff
+    layout = Layout(prog, binary_nodes(prog, unit=unit, binary_from=binary_from))
     n_layers = prog.n_layers
     heads: list[list[HeadSpec]] = [[] for _ in range(n_layers)]
     mlps: list[list[MLPBlock]] = [[] for _ in range(n_layers)]
@@ -188,7 +189,7 @@ def compile_to_transformer(program: SOp, vocab: Sequence[Any], max_seq_len: int,
     classes = [None] if out.numerical else list(output_values or [])
     if not out.numerical:
         classes += [v for v in out.values if v not in classes]
-    check_logits(prog, layout, classes, check_heads(layout, heads))
+    check_logits(prog, layout, classes, check_heads(layout, heads, unit), unit)
     cfg = TransformerConfig(
         d_vocab=len(vocab) + 1, d_model=len(layout), n_layers=n_layers,
         n_heads=max([len(h) for h in heads] + [1]),
