@@ -99,3 +99,21 @@ def test_a_shared_cache_recomputes_the_positional_effect_after_a_small_change(wh
     fresh = margins.certify(model, 1, "real")
     assert _numbers(fresh) != _numbers(base)
     assert _numbers(margins.certify(model, 1, "real", cache=cache)) == _numbers(fresh), which
+
+
+@pytest.mark.parametrize("n", [4, 7])
+def test_the_four_special_queries_never_share_a_class_with_an_interior_one(n: int) -> None:
+    """With heads that attend nothing (no members), the rows of class_signature differ only by the
+    four query kinds: ``=`` (k = -1, its token is not a digit), c_0 (no carry below), c_{n-1} and
+    c_n (the operands' top). Each of those is alone; the interior ``1 <= k <= n - 2`` share one
+    row. Worked out by hand: n + 2 answer positions, 4 + 1 distinct rows."""
+    L = Layout.build(n, START_ID)
+    empty = [type("H", (), {"members": np.full((len(L.queries), 2), -1)})() for _ in range(2)]
+    sig = margins.class_signature(L, empty, n)
+    rows = [tuple(r) for r in sig]
+    k = np.arange(len(L.queries)) - 1
+    special = {-1, 0, n - 1, n}
+    assert len(rows) == n + 2 and len(set(rows)) == 5
+    for i in range(len(rows)):
+        same = {int(k[j]) for j in range(len(rows)) if rows[j] == rows[i]}
+        assert same == ({int(k[i])} if int(k[i]) in special else set(range(1, n - 1)))

@@ -106,6 +106,22 @@ def position_effect(W: Weights, L: Layout, heads: list[HeadBounds]) -> Iv:
     return resid
 
 
+def class_signature(L: Layout, heads: list[HeadBounds], n: int) -> np.ndarray:
+    """One integer row per answer position (query ``k + 1`` predicts ``c_k``; ``k = -1`` is the
+    query ``=``): the flags of the four query kinds whose local configurations differ from the
+    interior's (``=``, whose token is not a digit; c_0, with no carry below; c_{n-1} and c_n, at
+    the operands' top), then per head the role and significance relative to ``k`` of every key
+    the head may attend. Positions with equal rows (and equal positional effects) form one class,
+    which :func:`certify` checks at one representative."""
+    k = np.arange(len(L.queries)) - 1
+    fields = [k == -1, k == 0, k == n - 1, k == n]
+    for hb in heads:
+        mem = hb.members
+        fields += [L.role[np.maximum(mem, 0)] * (mem >= 0), np.where(mem >= 0, L.sig[np.maximum(mem, 0)] - k[:, None], 0)]
+    return np.concatenate([np.column_stack([f.astype(np.int64) for f in fields if f.ndim == 1])]
+                          + [f.astype(np.int64) for f in fields if f.ndim == 2], axis=1)
+
+
 def certify(model: Transformer, n: int, dtype: str | None = None, start: int = START_ID,
             cache: dict | None = None) -> Certificate:
     """Certify that ``model`` predicts every answer token of every ``n``-digit addition.
@@ -139,10 +155,7 @@ def certify(model: Transformer, n: int, dtype: str | None = None, start: int = S
     # classes of answer positions: same S pattern relative to the query and same positional effect
     Q = len(L.queries)
     k = np.arange(Q) - 1
-    fields = [k == -1, k == 0, k == n - 1, k == n]
-    for hb in heads:
-        mem = hb.members
-        fields += [L.role[np.maximum(mem, 0)] * (mem >= 0), np.where(mem >= 0, L.sig[np.maximum(mem, 0)] - k[:, None], 0)]
+    sig = class_signature(L, heads, n)
     effect_key = ("effect", n, start, W.digest("W_pos", "W_V", "W_O", "W_in", "W_U"),
                   hashlib.sha1(b"".join(np.array(hb.members.shape).tobytes() + hb.members.tobytes()
                                         for hb in heads)).hexdigest())
@@ -151,8 +164,6 @@ def certify(model: Transformer, n: int, dtype: str | None = None, start: int = S
         cache[effect_key] = (I.matmul(resid_pos, W.W_in), I.matmul(resid_pos, W.W_U))
     pos_in, pos_logit = cache[effect_key]
     effect = np.concatenate([pos_in.key().reshape(Q, -1), pos_logit.key().reshape(Q, -1)], axis=1)
-    sig = np.concatenate([np.column_stack([f.astype(np.int64) for f in fields if f.ndim == 1])]
-                         + [f.astype(np.int64) for f in fields if f.ndim == 2], axis=1)
     group_key = ("classes", hashlib.sha1(sig.tobytes() + effect.tobytes()).hexdigest())
     if group_key not in cache:  # the grouping depends only on S patterns and positional effects
         cls = group_rows(np.column_stack([sig, group_rows(effect)]))
