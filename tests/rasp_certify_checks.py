@@ -44,15 +44,24 @@ def expected(ct, ev, i: int, sub: int) -> np.ndarray:
     return out
 
 
-def assert_bounds_hold(ct, program, cert, batches) -> float:
-    """``batches``: lists of equally long inputs. Returns the largest measured mass off the
-    intended keys."""
+def model_forward(model, ids: torch.Tensor) -> tuple[torch.Tensor, dict]:
+    """The model's own forward pass (its dtype and kernels; the dense path, since hooks are
+    cached), activations converted to float64 exactly."""
+    logits, cache = model.run_with_cache(ids, return_cache_object=False)
+    return logits.detach().double(), {k: v.detach().double() for k, v in cache.items()}
+
+
+def assert_bounds_hold(ct, program, cert, batches, forward=reference_forward) -> float:
+    """``batches``: lists of equally long inputs; ``forward``: the pass whose activations must
+    lie inside the bounds (default: tests/hook_oracle.py's float64 einsums; :func:`model_forward`
+    for a float32 certificate). Returns the largest measured mass off the intended keys."""
     rows = {(r.layer, r.head): r for r in cert.heads}
     worst_leak = 0.0
+    theta = 0.0 if cert.dtype == "float64" else 1e-5    # float32 weights: relative error of each weight
     for batch in batches:
         n = len(batch[0])
         ids = torch.tensor([ct.encode(xs) for xs in batch])
-        logits, acts = reference_forward(ct.model, ids)
+        logits, acts = forward(ct.model, ids)
         for b, xs in enumerate(batch):
             ev = evaluate(program, xs, causal=True, fast=False)
             want = ev.column(program)
@@ -68,7 +77,7 @@ def assert_bounds_hold(ct, program, cert, batches) -> float:
                     for i in range(n):
                         keep = intended(spec.node, ev, i)
                         off = sum(pattern[h, i + 1, j] for j in range(i + 2) if j not in keep)
-                        assert off <= rows[layer, h].leak, (xs, layer, h, i, off)
+                        assert off <= rows[layer, h].leak * (1 + theta), (xs, layer, h, i, off)
                         rivals = [scores[h, i + 1, j] for j in range(i + 2) if j not in keep]
                         if rivals:     # the printed margin is at most the measured one (float64 scores)
                             gap = min(scores[h, i + 1, j] for j in keep) - max(rivals)

@@ -2,8 +2,10 @@
 
 ``python -m rasp.certify --program lib:NAME --max-seq-len N [--json]`` compiles one of the
 programs below (causal) and prints its certificate; ``--machine NAME --ngram K --max-seq-len N``
-does the same for the Turing-program simulator (program P) of a library machine. Exit status: 0
-PASS, 1 FAIL, 2 bad input or a program outside the certificate's scope (one line on stderr).
+does the same for the Turing-program simulator (program P) of a library machine; ``--dtype
+float32`` compiles float32 weights and proves their float32 forward pass (rounding included).
+Exit status: 0 PASS, 1 FAIL, 2 bad input or a program outside the certificate's scope (one line on
+stderr).
 """
 from __future__ import annotations
 
@@ -51,6 +53,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="compile every equality whose sides can carry bit codes with them (binary_from=0): "
                         "their terms carry no error that grows with the codes; program P needs it past 2-grams")
     p.add_argument("--max-seq-len", type=positive_integer, required=True, metavar="N", help="longest input covered")
+    p.add_argument("--dtype", choices=("float64", "float32"), default="float64",
+                   help="the weights' type: float64 (the statement is about exact real arithmetic) or float32 "
+                        "(about the float32 forward pass under the rounding model of docs/certificate.md)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p
 
@@ -59,7 +64,11 @@ def build(args: argparse.Namespace):
     """The compiled transformer that the arguments name."""
     from rasp.weights import compile_to_transformer
 
-    options = {"binary_from": 0.0} if args.bits else {}
+    import torch
+
+    options: dict[str, Any] = {"dtype": getattr(torch, args.dtype)}
+    if args.bits:
+        options["binary_from"] = 0.0
     if args.program is not None:
         if args.ngram is not None:
             raise UsageError("--ngram goes with --machine")

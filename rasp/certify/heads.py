@@ -45,6 +45,7 @@ import numpy as np
 
 from lengthgen.proof import interval as I
 from rasp.core import Aggregate, Comparison, Select, SelectorAnd, SelectorNot, SelectorOr, SelectorWidth
+from rasp.certify import floats
 from rasp.certify.scores import margins
 from rasp.certify.state import PAIR_BUDGET, CertifyError, Fail, State, key_of
 from rasp.tracr_ops import ConstantSelector
@@ -52,6 +53,13 @@ from rasp.weights.selectors import selection_key
 
 TV_MAX = 1e-6          # a head whose total-variation bound exceeds this fails (margin)
 LOOKUP_TOL = 1e-6      # a value map off its target by more than this (times 1 + |target|) fails
+FLOAT32_TOL = 1e-3     # both, for a float32 statement (the kernel's rounding alone spreads scores by ~1e-3)
+
+
+def tolerances(st: State) -> tuple[float, float]:
+    """``(TV_MAX, LOOKUP_TOL)`` of the state's statement. Neither is needed for soundness (every
+    error goes into ``eps``); they stop a certificate whose errors have grown past any use."""
+    return (FLOAT32_TOL, FLOAT32_TOL) if st.unit else (TV_MAX, LOOKUP_TOL)
 
 _NUMERIC = {Comparison.EQ: operator.eq, Comparison.LT: operator.lt, Comparison.LEQ: operator.le,
             Comparison.GT: operator.gt, Comparison.GEQ: operator.ge, Comparison.NEQ: operator.ne}
@@ -193,22 +201,31 @@ def check_head(st: State, layer: int, h: int, bos_x: I.Iv) -> tuple[HeadRow, lis
     margin, spread, pairs = margins(
         st, sel, reduce, value_sop, lambda c, Q, K: selection(st, c, Q, K), q_dims, WQ, bQ, WK, bK, k_dims, bos_x, PAIR_BUDGET, name)
     Xk = st.box(K, v_dims)
+    if st.unit:                                            # float32: every score moves by <= ds
+        ds = floats.score_error(floats.magnitudes(st), bos_x, WQ, bQ, WK, bK, st.unit, st.n + 1)
+        margin = margin if margin == np.inf else float(I.down(margin - 2 * ds))
+        spread = float(I.up(spread + 2 * ds))
     leak = 0.0 if margin == np.inf else float(I.up_mul(st.n, I.exp(I.Iv.exact(-margin)).hi))
     numeric = reduce == "width" or (reduce == "mean" and nodes[0].numerical)
     tv = float(I.up_add(leak, I.up(spread / 4))) if numeric else leak
-    if not margin > 0 or not tv <= TV_MAX:
+    tv_max, lookup_tol = tolerances(st)
+    if not margin > 0 or not tv <= tv_max:
         raise Fail("margin", f"{name}: margin {margin:.6g}, spread {spread:.3g}, total-variation bound "
-                             f"{tv:.3g} (needs margin > 0 and a bound <= TV_MAX = {TV_MAX:g})")
-    O = I.matmul(I.affine(Xk, WV), WO[:, out_dims])
-    bos_v = I.matmul(I.affine(I.Iv(bos_x.lo[None], bos_x.hi[None]), WV), WO[:, out_dims])
-    lo, hi = np.vstack([O.lo, bos_v.lo]), np.vstack([O.hi, bos_v.hi])
+                             f"{tv:.3g} (needs margin > 0 and a bound <= TV_MAX = {tv_max:g})")
+    keys = I.Iv(np.vstack([Xk.lo, bos_x.lo[None]]), np.vstack([Xk.hi, bos_x.hi[None]]))   # last row: BOS
+    v = floats.widen(I.affine(keys, WV), floats.value_error(floats.magnitudes(st), bos_x, WV, st.unit))
+    O = I.matmul(v, WO[:, out_dims])
+    lo, hi = O.lo, O.hi
     dev = np.maximum(I.up(hi - targets), I.up(targets - lo)).max(0)
     scale = np.abs(targets).max(0)
-    if np.any(~(dev <= LOOKUP_TOL * (1 + scale))):
-        i = int(np.argmax(dev - LOOKUP_TOL * (1 + scale)))
+    if np.any(~(dev <= lookup_tol * (1 + scale))):
+        i = int(np.argmax(dev - lookup_tol * (1 + scale)))
         raise Fail("lookup", f"{name}: its value map misses the target in {st.layout.labels[out_dims[i]]!r} "
                              f"by up to {dev[i]:.3g}")
     err = I.up_add(dev, I.up_mul(tv, I.up(targets.max(0) - targets.min(0))))
+    if st.unit:                                            # the weighted sum and W_O in float32
+        V = np.asarray(v.mag()).max(0)
+        err = I.up_add(err, floats.output_error(V, WO[:, out_dims], st.unit, st.n + 1))
     if reduce == "mean" and nodes[0].numerical:
         err = I.up_add(err, I.up_mul(2.0 ** -53, scale))     # float(i/w) against i/w
     row = HeadRow(layer, h, ", ".join(n.label for n in nodes), reduce, pairs, margin, spread, leak, tv,

@@ -10,7 +10,7 @@ and compared with ``layout.write(node, f(values))``, ``f`` the Map's or Sequence
 function (a selector width: ``w`` itself, read from ``1/(w+1) + e`` in the scratch dimension).
 A value of ``f`` outside the node's value set fails ``lookup`` (this checks the value sets'
 closure); the largest deviation becomes the node's ``eps``, and one above ``LOOKUP_TOL`` times
-``1 + |target|`` fails ``lookup``.
+``1 + |target|`` fails ``lookup`` (``FLOAT32_TOL`` for a float32 statement).
 """
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from lengthgen.proof import interval as I
-from rasp.certify.heads import LOOKUP_TOL
+from rasp.certify import floats
+from rasp.certify.heads import tolerances
 from rasp.certify.state import COMBO_BUDGET, Fail, State
 
 CHUNK = 20_000     # input states pushed through one MLP at once
@@ -66,6 +67,7 @@ def check_mlps(st: State, layer: int) -> list[tuple[MLPRow, object, list[int], n
     m = f"blocks.{layer}.mlp."
     W_in, b_in, W_out, b_out = (st.p[m + k] for k in ("W_in", "b_in", "W_out", "b_out"))
     out = []
+    rounding = floats.mlp_error(floats.magnitudes(st), W_in, b_in, W_out, b_out, st.unit)
     for node, units, dims in _groups(st, layer, W_out, b_out).values():
         in_dims = np.nonzero(np.any(W_in[:, units] != 0, axis=1))[0] if units else np.array([], dtype=np.int64)
         sops = [o.sop for o in st.owners(in_dims)]
@@ -86,10 +88,12 @@ def check_mlps(st: State, layer: int) -> list[tuple[MLPRow, object, list[int], n
                 X = st.box(part, in_dims)
                 got = enclose(I.Iv(X.lo[:, in_dims], X.hi[:, in_dims]), W_in[np.ix_(in_dims, units)],
                               b_in[units], W_out[np.ix_(units, dims)], b_out[dims])
+            got = floats.widen(got, rounding[dims])             # float32: the MLP's own rounding
             dev = np.maximum(dev, np.maximum(I.up(got.hi - target), I.up(target - got.lo)).max(0))
             peak = np.maximum(peak, np.abs(target).max(0))
-        if np.any(~(dev <= LOOKUP_TOL * (1 + peak))):
-            i = int(np.argmax(dev - LOOKUP_TOL * (1 + peak)))
+        lookup_tol = tolerances(st)[1]
+        if np.any(~(dev <= lookup_tol * (1 + peak))):
+            i = int(np.argmax(dev - lookup_tol * (1 + peak)))
             raise Fail("lookup", f"layer {layer} MLP of {node.label!r}: misses the table in "
                                  f"{st.layout.labels[dims[i]]!r} by up to {dev[i]:.3g}")
         row = MLPRow(layer, node.label, len(units), count, float(dev.max(initial=0.0)))

@@ -13,7 +13,10 @@ Order of the checks (docs/turing-programs.md, "Certifying a compiled program"):
    program's value ahead of every other class by more than ``DECISION_MARGIN`` (numerical
    output: the error bound must be at most ``NUMERIC_TOL``).
 
-The statement proven is about the exact real-number function of the stored float64 weights.
+The statement proven is about the exact real-number function of the stored float64 weights; for
+float32 weights it is about their float32 forward pass under the rounding model of
+docs/certificate.md ((F1) and (F3)), each step's rounding added to ``eps``
+(:mod:`rasp.certify.floats`).
 """
 from __future__ import annotations
 
@@ -24,7 +27,8 @@ import numpy as np
 
 from lengthgen.decode import DECISION_MARGIN
 from lengthgen.proof import interval as I
-from rasp.certify.heads import HeadRow, check_head, head_writes
+from rasp.certify import floats
+from rasp.certify.heads import FLOAT32_TOL, HeadRow, check_head, head_writes
 from rasp.certify.mlps import MLPRow, check_mlps
 from rasp.certify.state import COMBO_BUDGET, CertifyError, Fail, State
 from rasp.weights.assemble import CompiledTransformer
@@ -32,6 +36,8 @@ from rasp.weights.assemble import CompiledTransformer
 PREMISE = ("every categorical Aggregate(reduce='mean') selects keys that all hold one value "
            "(tracr's premise for categorical means)")
 NUMERIC_TOL = 1e-9    # a numerical output's certified error bound may be at most this
+STATEMENTS = {"float64": "the exact real-number function of the stored float64 weights",
+              "float32": "the float32 forward pass, under the rounding model (F1)-(F3) of docs/certificate.md"}
 
 
 @dataclass
@@ -50,6 +56,7 @@ class Certificate:
     output_error: float | None = None
     eps: list[list[float]] = field(default_factory=list)   # after each sub-layer (head, MLP, ...)
     seconds: float = 0.0
+    dtype: str = "float64"
 
     @property
     def passed(self) -> bool:
@@ -61,7 +68,7 @@ class Certificate:
     def text(self) -> str:
         lines = [f"certificate for {self.program!r}, inputs of 1..{self.max_seq_len} tokens: {self.verdict}"
                  + (f" ({self.kind}: {self.reason})" if self.kind else ""),
-                 f"premise: {self.premise}"]
+                 f"premise: {self.premise}", f"about: {STATEMENTS[self.dtype]}"]
         for r in self.heads:
             lines.append(f"  layer {r.layer} head {r.head} [{r.reduce}] {r.writes}: margin {r.margin:.6g}, "
                          f"spread {r.spread:.3g}, leak <= {r.leak:.3g}, TV <= {r.tv:.3g}, "
@@ -83,8 +90,8 @@ def _check_form(ct: CompiledTransformer) -> None:
     if not cfg.causal or not ct.program.causal:
         raise CertifyError("non-causal programs are not certified in this version (every position, "
                            "BOS included, attends to every key)")
-    if cfg.dtype != "float64":
-        raise CertifyError(f"{cfg.dtype} weights are not certified; compile with dtype=torch.float64")
+    if cfg.dtype not in STATEMENTS:
+        raise CertifyError(f"{cfg.dtype} weights are not certified; compile with dtype=torch.float64 or float32")
     if (cfg.normalization is not None or cfg.act_fn != "relu" or cfg.score_scale != 1.0
             or cfg.attn_windows is not None or cfg.positional != "learned"):
         raise CertifyError("the model is not of the compiler's form (no normalisation, ReLU, "
@@ -92,8 +99,16 @@ def _check_form(ct: CompiledTransformer) -> None:
 
 
 def _embedding(st: State) -> None:
-    """Token rows and position rows equal the exact encodings (BOS's rows are free)."""
+    """Token rows and position rows equal the exact encodings (BOS's rows are free); in float32,
+    within the format's rounding of them (at most ``u |encoding|``), which starts ``eps``."""
     lay, prog = st.layout, st.prog
+
+    def compare(row: np.ndarray, want: np.ndarray, what: str) -> None:
+        off = np.abs(row - want)
+        if not np.all(off <= st.unit * np.abs(want)):
+            raise Fail("lookup", f"embedding: {what}")
+        st.eps = np.maximum(st.eps, off)
+
     for t in range(len(prog.vocab)):
         want = np.zeros(st.d)
         want[lay.one] = 1.0
@@ -101,16 +116,14 @@ def _embedding(st: State) -> None:
             if node.kind == "token":
                 for x, c in lay.write(node, node.table[t]).items():
                     want[x] += c
-        if not np.array_equal(st.p["embed.W_E"][t], want):
-            raise Fail("lookup", f"embedding: W_E row {t} ({prog.vocab[t]!r}) is not the encoding of its token")
+        compare(st.p["embed.W_E"][t], want, f"W_E row {t} ({prog.vocab[t]!r}) is not the encoding of its token")
     for p in range(st.n):
         want = np.zeros(st.d)
         for node in prog.nodes:
             if node.kind == "position":
                 for x, c in lay.write(node, node.table[p]).items():
                     want[x] += c
-        if not np.array_equal(st.p["pos_embed.W_pos"][p + 1], want):
-            raise Fail("lookup", f"embedding: W_pos row {p + 1} is not the encoding of position {p}")
+        compare(st.p["pos_embed.W_pos"][p + 1], want, f"W_pos row {p + 1} is not the encoding of position {p}")
 
 
 def _readout(st: State, cert: Certificate) -> None:
@@ -121,14 +134,16 @@ def _readout(st: State, cert: Certificate) -> None:
     if st.count(ranges) > COMBO_BUDGET:
         raise Fail("budget", f"readout: {st.count(ranges)} output states, over COMBO_BUDGET = {COMBO_BUDGET}")
     combos = st.combos(names, ranges)
-    logits = I.affine(st.box(combos, u_dims), W_U, b_U)
+    logits = floats.widen(I.affine(st.box(combos, u_dims), W_U, b_U),
+                          floats.logit_error(floats.magnitudes(st), W_U, b_U, st.unit))
     values = [st.value(out.sop, a) for a in combos]
     if out.numerical:
         want = np.array([float(v) for v in values])
         err = float(np.maximum(I.up(logits.hi[:, 0] - want), I.up(want - logits.lo[:, 0])).max())
         cert.output_error = err
-        if not err <= NUMERIC_TOL:
-            raise Fail("readout", f"the numerical output is certified only within {err:.3g} (> {NUMERIC_TOL:g})")
+        tol = FLOAT32_TOL if st.unit else NUMERIC_TOL
+        if not err <= tol:
+            raise Fail("readout", f"the numerical output is certified only within {err:.3g} (> {tol:g})")
         return
     worst = np.inf
     classes = st.ct.classes
@@ -170,10 +185,7 @@ def _layer(st: State, layer: int, bos_x: I.Iv, cert: Certificate) -> I.Iv:
         if res is not None:
             cert.heads.append(res[0])
             updates.append(res[1:])
-    out = I.Iv.exact(np.zeros(st.d))
-    for h in range(st.p[a + "W_Q"].shape[0]):            # BOS attends to itself alone: weight 1
-        out = out + I.matmul(I.affine(bos_x, st.p[a + "W_V"][h]), st.p[a + "W_O"][h])
-    bos_x = bos_x + out
+    bos_x = floats.bos_attention(bos_x, st.p[a + "W_V"], st.p[a + "W_O"], st.unit)
     for nodes, dims, err in updates:
         st.eps[dims] = err
         for node in nodes:
@@ -185,8 +197,7 @@ def _layer(st: State, layer: int, bos_x: I.Iv, cert: Certificate) -> I.Iv:
         st.status[id(node)] = "full"
     cert.eps.append(st.eps.tolist())
     m = f"blocks.{layer}.mlp."
-    pre = I.affine(bos_x, st.p[m + "W_in"], st.p[m + "b_in"])
-    return bos_x + I.affine(pre.relu(), st.p[m + "W_out"], st.p[m + "b_out"])
+    return floats.bos_mlp(bos_x, *(st.p[m + k] for k in ("W_in", "b_in", "W_out", "b_out")), st.unit)
 
 
 def certify(ct: CompiledTransformer) -> Certificate:
@@ -195,7 +206,7 @@ def certify(ct: CompiledTransformer) -> Certificate:
     model or program outside the certificate's scope (one line saying why)."""
     start = time.perf_counter()
     _check_form(ct)
-    cert = Certificate("PASS", None, "", ct.program.output.label, ct.program.n)
+    cert = Certificate("PASS", None, "", ct.program.output.label, ct.program.n, dtype=ct.model.cfg.dtype)
     try:
         st = State(ct)
         _embedding(st)

@@ -38,7 +38,8 @@ class CertifyError(ValueError):
 
 
 class Fail(Exception):
-    """A check failed: ``kind`` is structure, margin, lookup, readout or budget."""
+    """A check failed: ``kind`` is structure, margin, lookup, readout, budget or float (float32
+    magnitudes that could overflow)."""
 
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
@@ -63,6 +64,9 @@ class State:
                 self.owner[dim] = node
         self.status: dict[int, str] = {id(n): "full" for n in self.prog.nodes if n.kind in ("token", "position")}
         self.eps = np.zeros(self.d)
+        # the unit roundoff of the statement: 0 for float64 weights (exact real arithmetic),
+        # 2^-24 for float32 ones (their forward pass under the rounding model, rasp.certify.floats)
+        self.unit = 2.0 ** -24 if ct.model.cfg.dtype == "float32" else 0.0
         self._base: dict[int, tuple[frozenset, bool, tuple]] = {}
 
     # ------------------------------------------------------------------ values
