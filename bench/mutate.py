@@ -293,6 +293,12 @@ PARTS = {
          "rasp/certify/run.py"),
         ("tests/test_rasp_certify.py", "tests/test_rasp_certify_fails.py"),
         isolation="fork"),
+    # the float32 statement of rasp.certify: its bounds by hand (0.6 s) and the float32 certificates
+    # of compiled programs against their float32 forward pass (about 8 s)
+    "rasp-floats": Part(
+        ("rasp/certify/floats.py",),
+        ("tests/test_rasp_certify_floats.py", "tests/test_rasp_certify_float32.py"),
+        isolation="fork"),
     "rasp-precision": Part(
         ("rasp/weights/precision.py",),
         ("tests/test_rasp_weights_precision_bounds.py", "tests/test_rasp_weights_precision.py",
