@@ -67,19 +67,21 @@ class Residual:
 
 def magnitudes(st) -> Residual:
     """The :class:`Residual` of the state's invariant: the largest encoding of any value of the
-    s-op owning ``d`` plus ``eps[d]``; 1 for ``one``; 0 for a dimension no computed s-op owns yet."""
+    s-op owning ``d`` plus ``eps[d]``; 1 for ``one``; 0 for a dimension no computed s-op owns yet.
+    A one-hot s-op's dimensions share its index in ``st.prog.nodes`` as their group label."""
     X = np.zeros(st.d)
     X[st.layout.one] = 1.0
     group = np.full(st.d, -1)
-    for node in st.prog.nodes:
+    for label, node in enumerate(st.prog.nodes):
         if id(node) not in st.status or not st.layout.dims.get(id(node)):
             continue
-        values = node.values if node.values is not None else list(node.table)
-        for v in values:
+        # a token or position s-op's value set is its table's; a computed one enters st.status only
+        # after its head or MLP check, which enumerates its value set: never None here
+        for v in node.values:
             dims, lo, hi = st.encoding(node, v)
             X[dims] = np.maximum(X[dims], np.maximum(np.abs(lo), np.abs(hi)))
         if node.encoding == "onehot" and st.status[id(node)] == "full":
-            group[list(st.layout.value_dims[id(node)].values())] = id(node) % (2 ** 62)
+            group[list(st.layout.value_dims[id(node)].values())] = label     # its index among the nodes
     exact = np.array(integer_coordinates(st.layout)) & (st.eps == 0)
     return Residual(np.asarray(I.up(X + st.eps)), st.eps.copy(), group, exact)
 
