@@ -211,3 +211,19 @@ def test_the_value_state_budget_is_inclusive(monkeypatch):
     monkeypatch.setattr(heads_module, "PAIR_BUDGET", 1)
     out = verdict(ct)
     assert out == ("FAIL", "budget", f"layer 0 head 0 ({prog.label}): 2 value states, over PAIR_BUDGET = 1")
+
+
+def test_a_width_whose_value_map_reads_tokens_passes():
+    """hist's head: its W_V column that carries BOS's 1 into the scratch also reads 'tokens:a'
+    with weight 1e-9, so an 'a' key writes 1e-9 where its target is 0 (BOS's target is 1). The
+    head now has 3 token classes of value states plus BOS; it passes, and the bounds (the 1e-9
+    miss in eps) hold."""
+    prog = lib.make_hist()
+    ct = compile_to_transformer(prog, ABC, N)
+    e = value_column(ct, 0, 0)
+    set_w(attn(ct).W_V, (0, dim(ct, "tokens:a"), e), 1e-9)
+    cert = certify(ct)
+    assert cert.verdict == "PASS", cert.text()
+    scratch = ct.layout.labels.index("hist:1/(w+1)")
+    assert 1e-9 <= cert.eps[0][scratch] <= 1.1e-9
+    assert_bounds_hold(ct, prog, cert, inputs(ABC, range(1, 4)))
