@@ -227,3 +227,15 @@ def test_a_width_whose_value_map_reads_tokens_passes():
     scratch = ct.layout.labels.index("hist:1/(w+1)")
     assert 1e-9 <= cert.eps[0][scratch] <= 1.1e-9
     assert_bounds_hold(ct, prog, cert, inputs(ABC, range(1, 4)))
+
+
+def test_a_head_whose_w_o_rows_write_every_dimension_fails_structure():
+    """Every W_O row that head 0 (the shift) uses is set to 1.0 in all residual dimensions:
+    the head writes everything, 'one' (dimension 0) first, and fails structure there (a row with
+    no zero, or all ones, is still a row that writes)."""
+    ct, _, _ = shift_and_hist()
+    a = attn(ct)
+    used = np.nonzero(a.W_V[0].detach().numpy().any(0) & a.W_O[0].detach().numpy().any(1))[0]
+    with torch.no_grad():
+        a.W_O[0, used, :] = 1.0
+    assert verdict(ct) == ("FAIL", "structure", "layer 0 head 0 writes the dimension 'one'")
