@@ -83,7 +83,10 @@ class HeadRow:
 
 
 def _is_number(v: object) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+    """A float, or an int that float64 holds exactly (``|v| <= 2^53``): comparing such values as
+    float64 compares the values themselves. Larger ints (``2^53 + 1`` rounds to ``2^53``, ``10^400``
+    overflows) and bools take the Python comparison in :func:`_table`."""
+    return isinstance(v, float) or (isinstance(v, int) and not isinstance(v, bool) and abs(v) <= 2 ** 53)
 
 
 def _table(pred, kvals: list, qvals: list) -> np.ndarray:
@@ -206,7 +209,10 @@ def check_head(st: State, layer: int, h: int, bos_x: I.Iv) -> tuple[HeadRow, lis
         margin = margin if margin == np.inf else float(I.down(margin - 2 * ds))
         spread = float(I.up(spread + 2 * ds))
     leak = 0.0 if margin == np.inf else float(I.up_mul(st.n, I.exp(I.Iv.exact(-margin)).hi))
-    numeric = reduce == "width" or (reduce == "mean" and nodes[0].numerical)
+    # a numerical mean anywhere in the head (it may share the head with categorical means of its
+    # selection): its intended keys hold different values, so their spread counts
+    numerical_mean = reduce == "mean" and any(n.numerical for n in nodes)
+    numeric = reduce == "width" or numerical_mean
     tv = float(I.up_add(leak, I.up(spread / 4))) if numeric else leak
     tv_max, lookup_tol = tolerances(st)
     if not margin > 0 or not tv <= tv_max:
@@ -226,7 +232,7 @@ def check_head(st: State, layer: int, h: int, bos_x: I.Iv) -> tuple[HeadRow, lis
     if st.unit:                                            # the weighted sum and W_O in float32
         V = np.asarray(v.mag()).max(0)
         err = I.up_add(err, floats.output_error(V, WO[:, out_dims], st.unit, st.n + 1))
-    if reduce == "mean" and nodes[0].numerical:
+    if numerical_mean:
         err = I.up_add(err, I.up_mul(2.0 ** -53, scale))     # float(i/w) against i/w
     row = HeadRow(layer, h, ", ".join(n.label for n in nodes), reduce, pairs, margin, spread, leak, tv,
                   float(err.max()))
