@@ -78,6 +78,8 @@ def test_gap_is_a_lower_bound_of_the_difference():
         g = scores._gap(a, b)
     assert F(g[0]) <= F(0.3) - F(0.1) and g[0] >= 0.2 - 1e-15
     assert list(g[1:]) == [inf, inf, inf, -inf, -inf, -inf]
+    big = np.finfo(np.float64).max                      # 1e308 - (-1e308) overflows: still >= max
+    assert scores._gap(np.array([1e308]), np.array([-1e308]))[0] >= big
 
 
 def test_over_is_an_upper_bound_of_the_difference():
@@ -91,6 +93,8 @@ def test_over_is_an_upper_bound_of_the_difference():
     assert o.dtype == np.float64
     assert F(o[0]) >= F(0.3) - F(0.1) and o[0] <= 0.2 + 1e-15
     assert list(o[1:]) == [-inf, -inf, -inf, inf, inf, -inf, 0.0]
+    big = np.finfo(np.float64).max                      # -1e308 - 1e308 overflows: still <= -max
+    assert scores._over(np.array([-1e308]), np.array([1e308]))[0] <= -big
 
 
 def _stats(**kw) -> dict:
