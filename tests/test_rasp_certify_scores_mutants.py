@@ -126,6 +126,11 @@ PROGRAMS = {
     # max over an And of two components: tok <= tok (3 x 3), pos < pos (4 x 4)
     "max over an And": (lambda: Aggregate(Select(tokens, tokens, LEQ) & Select(indices, indices, LT), tokens,
                                           reduce="max", default=0), NUM, 4, 9 + 16),
+    # key token == query position, max of the key's position: every query s-op reads the
+    # position, so the rank's group (key positions, no conjunct) joins the query's position
+    # (visibility): one component of 4 query positions x (3 + 4)
+    "max of positions, token == position": (lambda: Aggregate(Select(tokens, indices, EQ), indices, reduce="max", default=0),
+                                            N0, 4, 4 * 7),
     # lasts: tok == tok (3 x 3); the rank (indices) is a key group that no query reaches (1 x 4)
     "lasts": (lambda: lib.lasts(tokens, tokens), NUM, 4, 9 + 4),
     # a categorical mean of tokens over tok == tok: 3 x 3 (keys of one value: the premise holds)
@@ -324,9 +329,7 @@ def test_max_classes_close_together():
 
 def test_width_spread_around_bos():
     """A selector width whose keys get (j - 1.5) 1e-8 at position j: BOS (no bonus) lies in the
-    middle of the intended scores, so their spread (up to 3e-8 at the last position, measured)
-    is neither selected-minus-BOS nor BOS-minus-selected alone; the printed spread must be the
-    measured one within 1e-9."""
+    middle of the intended scores; the printed spread must be the measured one within 1e-9."""
     make, vocab, n, _ = PROGRAMS["crossed"]
     program = make()
     ct = compile_to_transformer(program, vocab, n)
