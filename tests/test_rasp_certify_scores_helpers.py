@@ -97,6 +97,22 @@ def test_over_is_an_upper_bound_of_the_difference():
     assert scores._over(np.array([-1e308]), np.array([1e308]))[0] <= -big
 
 
+def test_a_finite_difference_that_overflows_is_not_read_as_an_empty_side():
+    """``1e308 - (-1e308)`` is finite (2e308 as a real number) but overflows float64: a lower bound
+    of it is the largest finite float, never ``+inf``, which the bound sums read as an empty side
+    that outweighs every other part. So an overflowed gap beside a part that bounds nothing (-inf,
+    a NaN enclosure) sums to -inf, not to a vacuous +inf; the same for sums and upper bounds."""
+    big = np.finfo(np.float64).max
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        gap = float(scores._gap(np.array([1e308]), np.array([-1e308]))[0])
+        over = float(scores._over(np.array([-1e308]), np.array([1e308]))[0])
+        low = float(scores._add(np.array(1e308), np.array(1e308), False))
+        high = float(scores._add(np.array(-1e308), np.array(-1e308), True))
+    assert gap == big and over == -big and low == big and high == -big
+    assert scores._sum_lo(gap, -inf) == -inf and scores._sum_up(over, inf) == inf
+
+
 def _stats(**kw) -> dict:
     base = {k: inf for k in ("AV", "AB", "Ab", "bV", "bB", "AM")} | {"sAM": -inf, "sAb": -inf, "sbA": -inf,
                                                                       "classes": None}

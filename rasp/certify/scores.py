@@ -118,8 +118,13 @@ def groups(st: State, parts: list, k_sops: list) -> list[tuple[list, list]]:
 
 
 def _add(a: np.ndarray, b: np.ndarray, up: bool) -> np.ndarray:
-    s = a + b
-    return np.where(np.isinf(s) | np.isnan(s), s, I.up(s) if up else I.down(s))
+    """``a + b`` rounded up (``up``) or down. An infinite operand is an empty side and passes
+    through (``inf - inf`` is NaN); a sum of finite operands that overflows is rounded like any
+    other, so a lower bound of it is the largest finite float, not ``+inf``."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        s = a + b
+    keep = np.isinf(a) | np.isinf(b) | np.isnan(s)
+    return np.where(keep, s, I.up(s) if up else I.down(s))
 
 
 def _uses(W: np.ndarray, dims: list[int]) -> np.ndarray:
@@ -265,10 +270,12 @@ def _component(st, tables, Q, qn, dims, WQ, qc, kc, kb, selection) -> dict:
 
 
 def _over(hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
-    """An upper bound of ``hi - lo``; ``-inf`` where either side is empty."""
-    with np.errstate(invalid="ignore"):
+    """An upper bound of ``hi - lo``; ``-inf`` where either side is empty; a difference of finite
+    sides that overflows to ``-inf`` is bounded by the most negative finite float."""
+    with np.errstate(over="ignore", invalid="ignore"):
         d = hi - lo
-    return np.where((hi == -np.inf) | (lo == np.inf), -np.inf, I.upper_bound(np.where(np.isinf(d), d, I.up(d))))
+    infinite = np.isinf(hi) | np.isinf(lo)
+    return np.where((hi == -np.inf) | (lo == np.inf), -np.inf, I.upper_bound(np.where(infinite, d, I.up(d))))
 
 
 def _classes(out: dict, per: list, g0: int, t: I.Iv, b: I.Iv) -> None:
@@ -347,8 +354,11 @@ def _combine(reduce: str, stats: list[dict], const: I.Iv, bos0: I.Iv) -> tuple[f
 
 def _gap(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """A lower bound of ``a - b``: ``+inf`` where either side is empty (``a = +inf``: no intended
-    key; ``b = -inf``: no rival), ``-inf`` for a NaN (an enclosure that overflowed bounds nothing)."""
-    with np.errstate(invalid="ignore"):
+    key; ``b = -inf``: no rival), ``-inf`` for a NaN (an enclosure that overflowed bounds nothing).
+    A difference of finite sides that overflows to ``+inf`` is bounded by the largest finite float:
+    ``+inf`` would read as vacuous and outweigh every other part of a sum (``_bound_sum``)."""
+    with np.errstate(over="ignore", invalid="ignore"):
         d = a - b
     vacuous = (a == np.inf) | (b == -np.inf)
-    return np.where(vacuous, np.inf, I.lower_bound(np.where(np.isinf(d), d, I.down(d))))
+    infinite = np.isinf(a) | np.isinf(b)
+    return np.where(vacuous, np.inf, I.lower_bound(np.where(infinite, d, I.down(d))))
