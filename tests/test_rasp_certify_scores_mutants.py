@@ -263,6 +263,70 @@ def test_query_token_coupled_to_key_position_fails():
     assert (cert.verdict, cert.kind) == ("FAIL", "margin"), cert.text()
 
 
+def test_a_small_query_token_coupling_is_counted_in_the_printed_margin():
+    """The same coupling, 2 instead of 200: the model stays right, and the coupled term (query
+    token 'a') x (key position) lowers some measured gaps by up to 2 x the position code. The
+    printed margin must stay at or below the measured one (a split that left the query token in a
+    component of its own would drop that term and print the uncoupled margin, above it) and be
+    tight (the query token and the key position are enumerated together: no slack)."""
+    program = lib.shift_right(tokens, 1, "_")
+    ct = compile_to_transformer(program, ABC, 3)
+    attn, lay = _attn(ct), ct.layout
+    shifted = next(nd.label for nd in ct.program.nodes if nd.kind == "position" and nd.sop.index_offset == 1)
+    col = attn.W_K[0, lay.labels.index(f"{shifted}:1")].detach().numpy()
+    e = int(np.argmax(np.abs(col)))
+    with torch.no_grad():
+        attn.W_Q[0, lay.labels.index("tokens:a"), e] += 2.0 * np.sign(col[e])
+    cert = certify(ct)
+    margin, _ = measured(ct, program, ABC, 3)[0, 0]
+    assert cert.passed, cert.text()
+    assert margin < 79.0                                   # the coupling moved the measured margin
+    assert margin - SLACK <= cert.heads[0].margin <= margin + SLACK
+
+
+def test_a_key_s_op_outside_the_selector_is_scored_with_the_query_that_reads_it():
+    """shift_right(tokens, 1) with a term (query token 'a') x (key token 'a') = 2 on the head's
+    unused dimension: the key's token is in no conjunct, so it is a key group of its own, and only
+    the query token's W_Q row shares a head dimension with it. They must be one component: the
+    printed margin is then the measured one (lowered by the term for a query 'a' whose rival key
+    is an 'a'); scored apart, the term would be lost and the margin printed above the measured."""
+    program = lib.shift_right(tokens, 1, "_")
+    ct = compile_to_transformer(program, ABC, 3)
+    attn, lay = _attn(ct), ct.layout
+    spare = np.nonzero(~(attn.W_Q[0].detach().numpy().any(0) | attn.W_K[0].detach().numpy().any(0)))[0]
+    a = lay.labels.index("tokens:a")
+    with torch.no_grad():
+        attn.W_K[0, a, int(spare[0])] = 1.0
+        attn.W_Q[0, a, int(spare[0])] = 2.0
+    cert = certify(ct)
+    margin, _ = measured(ct, program, ABC, 3)[0, 0]
+    assert cert.passed, cert.text()
+    assert margin < 79.0
+    assert margin - SLACK <= cert.heads[0].margin <= margin + SLACK
+
+
+def test_a_width_whose_bos_sits_inside_the_selected_keys_spread_prints_the_whole_spread():
+    """A width of ``tokens <= tokens`` over 1 < 2 < 3 with key 1 raised by 2e-8 and BOS by 1e-8:
+    for a query 3 the intended keys (BOS and keys 1, 2, 3) spread by 2e-8, while BOS is only 1e-8
+    from either end (small enough for the decoder to stay within its tolerance). The printed spread must be the measured one (the selected keys' own spread,
+    not only their distances to BOS)."""
+    program = SelectorWidth(Select(tokens, tokens, LEQ))
+    ct = compile_to_transformer(program, NUM, 3)
+    attn, lay = _attn(ct), ct.layout
+    WQ, WK = attn.W_Q[0].detach().numpy(), attn.W_K[0].detach().numpy()
+    bos_col = int(np.nonzero(WK[lay.labels.index("tokens:BOS")])[0][-1])
+    others = np.delete(WQ[:, bos_col], [lay.one, lay.labels.index("tokens:BOS")])
+    assert not others.any() and WQ[lay.one, bos_col] != 0     # a non-BOS query's part there is constant
+    c = float(WQ[lay.one, bos_col]) + 1e-8
+    with torch.no_grad():                  # BOS's key holds 1 there (its score: c), key 1 now 2e-8 / c
+        attn.W_Q[0, lay.one, bos_col] = c
+        attn.W_K[0, lay.labels.index("tokens:1"), bos_col] = 2e-8 / c
+    cert = certify(ct)
+    _, spread = measured(ct, program, NUM, 3)[0, 0]
+    assert cert.passed, cert.text()
+    assert abs(spread - 2e-8) < 1e-11 and abs(cert.heads[0].spread - spread) < 1e-11
+
+
 NESTED = {
     # key ((tok, pos), tok) against query (tok, pos, tok): equal flat parts, never equal tuples
     "pair of a pair vs flat": (lambda: lib.make_pair(lib.make_pair(tokens, indices), tokens),
