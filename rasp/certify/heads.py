@@ -45,7 +45,7 @@ import numpy as np
 
 from lengthgen.proof import interval as I
 from rasp.core import Aggregate, Comparison, Select, SelectorAnd, SelectorNot, SelectorOr, SelectorWidth
-from rasp.certify import floats
+import rasp.certify.floats as floats
 from rasp.certify.scores import margins
 from rasp.certify.state import PAIR_BUDGET, CertifyError, Fail, State, key_of
 from rasp.tracr_ops import ConstantSelector

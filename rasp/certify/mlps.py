@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lengthgen.proof import interval as I
-from rasp.certify import floats
+import rasp.certify.floats as floats
 from rasp.certify.heads import tolerances
 from rasp.certify.state import COMBO_BUDGET, Fail, State
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from lengthgen.decode import DECISION_MARGIN
 from lengthgen.proof import interval as I
-from rasp.certify import floats
+import rasp.certify.floats as floats
 from rasp.certify.heads import FLOAT32_TOL, HeadRow, check_head, head_writes
 from rasp.certify.mlps import MLPRow, check_mlps
 from rasp.certify.state import COMBO_BUDGET, CertifyError, Fail, State
