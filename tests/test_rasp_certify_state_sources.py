@@ -124,3 +124,17 @@ def test_a_table_whose_first_input_reads_the_position_enumerates_it():
     assert cert.verdict == "PASS", cert.text()
     assert [r.states for r in cert.mlps] == [4 * 4]
     assert_bounds_hold(ct, program, cert, _all_inputs(ABC, 3))
+
+
+def test_weights_on_an_accelerator_are_read_on_the_host():
+    """Fault: the weights not brought to the host before ``.numpy()`` (a model on a GPU then
+    cannot be certified at all). Runs only where CUDA is available; the certificate of a model
+    moved there must PASS as on the CPU."""
+    import pytest
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    ct = compile_to_transformer(lib.shift_right(tokens, 1, "_"), ABC, N)
+    ct.model.to("cuda")
+    assert certify(ct).verdict == "PASS"
