@@ -173,6 +173,11 @@ class State:
             hi.append(float(s.hi))
         return dims, np.array(lo), np.array(hi)
 
+    def value_dims(self, node: Any) -> list[int]:
+        """The dimensions holding ``layout.write(node, v)`` (a selector width's scratch excluded)."""
+        dims = self.layout.dims.get(id(node), [])
+        return [x for x in dims if node.kind != "width" or x != self.layout.scratch(node)]
+
     def box(self, combos: list[dict], dims: Iterable[int]) -> I.Iv:
         """``[len(combos), d]`` enclosures of the residual at positions in those states, exact on
         the dimensions ``dims`` that the weights read (0 elsewhere; those rows of the weights are 0)."""
@@ -183,6 +188,9 @@ class State:
         for node in readers.values():
             if id(node) not in self.status:
                 continue                                   # not computed yet: its dimensions hold 0
+            if self.status[id(node)] == "full":            # its dimensions that encode 0 (a one-hot
+                own = self.value_dims(node)                # s-op's other values) hold 0 +- eps too
+                lo[:, own], hi[:, own] = -self.eps[own], self.eps[own]
             cache: dict = {}
             for i, asg in enumerate(combos):
                 v = self.value(node.sop, asg) if self.source(node) != "var" else asg[id(node)]
