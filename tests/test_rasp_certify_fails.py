@@ -241,3 +241,16 @@ def test_a_numerical_mean_of_values_outside_0_and_1_is_refused():
     ct = compile_to_transformer(numerical(Aggregate(Select(indices, indices, Comparison.LEQ), two, default=0)), ABC, N)
     with pytest.raises(CertifyError, match="outside"):
         certify(ct)
+
+
+def test_a_numerical_mean_whose_value_set_the_compiler_left_unknown_is_refused():
+    """Past MEAN_MAX_N = 512 positions the compiler does not list a prefix mean's i/w values (its
+    value set is None): the certificate, which must check that set, refuses in one line instead of
+    crashing (it raised a TypeError)."""
+    from rasp.weights.values import MEAN_MAX_N
+
+    assert MEAN_MAX_N == 512
+    ct = compile_to_transformer(lib.make_frac_prevs(Map(lambda t: 1 if t == "a" else 0, tokens)), ["a", "b"], 513)
+    assert next(n for n in ct.program.nodes if n.label == "frac_prevs").values is None
+    with pytest.raises(CertifyError, match="value set is unknown"):
+        certify(ct)

@@ -246,6 +246,8 @@ def _check_mean_values(st: State, node) -> None:
     vals = value.values
     if vals is None or not set(vals) <= {0, 1}:
         raise CertifyError(f"{node.label!r}: a numerical mean of values outside {{0, 1}} is not certified")
+    if node.values is None:               # the compiler leaves it unknown past MEAN_MAX_N positions
+        raise CertifyError(f"{node.label!r}: its value set is unknown ({node.unknown}); not certified")
     have = set(node.values)
     missing = [(i, w) for w in range(1, st.n + 1) for i in range(w + 1) if i / w not in have]
     if missing or node.sop.default not in have:
