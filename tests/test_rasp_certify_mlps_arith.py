@@ -213,18 +213,20 @@ def test_the_nested_path_is_taken_for_a_one_dimensional_table(monkeypatch):
 def test_fallback_of_the_error_free_products_still_encloses(case):
     """Weights above 2^900 (Veltkamp's split would overflow: 2^27 * 2^1000) and products below
     2^-900 (their low parts underflow, so ``p + e`` is not exact) take the interval product
-    path, which must enclose too. The tiny products here (about 2^-1064) of two units cancel in
+    path, which must enclose too (each case has only one of the three reasons). The tiny products here (about 2^-1064) of two units cancel in
     float to exactly 0 (their low parts underflow to 0 as well), while the exact sum is
     b (a - next(a)) = -1.25 * 2^-1119, not 0: error-free sums (per row: the sets are not nested)
     would return exactly [0, 0]."""
-    if case == "big W_in":
+    b_in = np.array([0.5, 0.0, -1.0])
+    if case == "big W_in":            # (b_in times W_out is not below 2^-900 either)
         W_in, W_out = np.array([[2.0 ** 1000, -(2.0 ** 998), 3.0]]), np.array([[2.0 ** -990], [2.0 ** -989], [1.0]])
+        b_in[0] = 2.0 ** 95
     elif case == "big W_out":
         W_in, W_out = np.array([[2.0 ** -990, -(2.0 ** -989), 3.0]]), np.array([[2.0 ** 1000], [2.0 ** 998], [1.0]])
+        b_in[0] = 2.0 ** -95
     else:
         a, b = 1.5 * 2.0 ** -537, 1.25 * 2.0 ** -530
         W_in, W_out = np.array([[a, np.nextafter(a, 1.0), 1.0]]), np.array([[b], [-b], [1.0]])
-    b_in = np.array([0.5, 0.0, -1.0])
     act = np.array([[1, 1, 0], [0, 1, 1], [0, 0, 1], [1, 0, 0]], bool)
     M, c = _active_maps(act, W_in, b_in, W_out, 64)
     Mx, cx = exact_maps(act, W_in, b_in, W_out)
