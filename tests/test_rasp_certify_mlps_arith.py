@@ -167,8 +167,8 @@ def paired_units(rng, D: int, pairs: int):
 @pytest.mark.parametrize("nested", [True, False])
 def test_active_maps_are_exact_sums_and_cancel(nested):
     """Both summation paths (prefix sums of one unit order; per row, in chunks of 7 rows over
-    40 rows): every entry of ``M`` and ``c`` encloses its exact sum and is within 1e-9 of it
-    relative, although the slope changes are 2^40 and cancel; interval products would be about
+    40 rows): every entry of ``M`` and ``c`` encloses its exact sum and is at most
+    1e-9 (|sum| + 1) wide, although the slope changes are 2^40 and cancel; interval products would be about
     2^40 u wide, and a dropped low part or unit misses."""
     rng = np.random.default_rng(7 + nested)
     W_in, b_in, W_out = paired_units(rng, 2, 5)
