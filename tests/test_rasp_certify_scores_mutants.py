@@ -327,6 +327,24 @@ def test_a_width_whose_bos_sits_inside_the_selected_keys_spread_prints_the_whole
     assert abs(spread - 2e-8) < 1e-11 and abs(cert.heads[0].spread - spread) < 1e-11
 
 
+def test_a_max_whose_class_scores_depend_on_the_query_keeps_per_query_extremes():
+    """"max over an And" with the lowest token's keys raised by 0.08 for every query and by 0.002
+    more for a query holding the highest token (a term on the BOS column, where a non-BOS query's
+    part is constant): within one class and one query the keys still score alike, so the measured
+    spread is 0 and the printed one must be too; the class extremes must be taken per query state,
+    not over all of them at once (which mixes the 0.002 into a spread and into the margin)."""
+    make, vocab, n, _ = PROGRAMS["max over an And"]
+    program = make()
+    ct = compile_to_transformer(program, vocab, n)
+    attn, lay = _attn(ct), ct.layout
+    bos_col = int(np.nonzero(attn.W_K[0, lay.labels.index("tokens:BOS")].detach().numpy())[0][-1])
+    with torch.no_grad():
+        attn.W_K[0, lay.labels.index(f"tokens:{vocab[0]}"), bos_col] += 1e-3
+        attn.W_Q[0, lay.labels.index(f"tokens:{vocab[-1]}"), bos_col] += 2.0
+    cert = assert_tight(ct, program, vocab, n, slack=1e-9)
+    assert cert.heads[0].spread < 1e-9
+
+
 NESTED = {
     # key ((tok, pos), tok) against query (tok, pos, tok): equal flat parts, never equal tuples
     "pair of a pair vs flat": (lambda: lib.make_pair(lib.make_pair(tokens, indices), tokens),
