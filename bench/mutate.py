@@ -286,12 +286,17 @@ PARTS = {
     # refused or compiled exactly against the interpreter, the refusals' reasons and limits, and the
     # programs of the compiler tests, which must still compile (about 2 s)
     # the certificate of compiled programs (rasp/certify/): the PASS programs against the float64
-    # forward pass and the interpreter, and one broken weight per check (about 1.5 s); program P's
-    # file (20 s) is for --recheck
+    # forward pass and the interpreter, and one broken weight per check (about 1.5 s); since the
+    # first run also the tests written for its survivors, one pair of files per module (heads,
+    # scores, mlps, state, run: margins and spreads against the float64 pass, tight; the helpers
+    # against exact rationals; about 5 s); program P's file (20 s) is for --recheck
     "rasp-certify": Part(
         ("rasp/certify/state.py", "rasp/certify/heads.py", "rasp/certify/scores.py", "rasp/certify/mlps.py",
          "rasp/certify/run.py"),
-        ("tests/test_rasp_certify.py", "tests/test_rasp_certify_fails.py"),
+        ("tests/test_rasp_certify.py", "tests/test_rasp_certify_fails.py",
+         *(f"tests/test_rasp_certify_{m}.py" for m in (
+             "heads_selection", "heads_writes", "heads_bounds", "scores_helpers", "scores_mutants",
+             "mlps_arith", "mlps_tables", "state_sources", "state_boxes", "run_checks", "run_readout"))),
         isolation="fork"),
     # the float32 statement of rasp.certify: its bounds by hand (0.6 s), the contracts the end-to-end
     # tests cannot see (magnitudes against the invariant, group labels, the edges of the integer
