@@ -3,11 +3,13 @@ the RASP interpreter (rasp.evaluate, dense path): the printed leak bounds contai
 off the intended keys, the eps bounds contain the residual's deviation from the encodings."""
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import torch
 
 from hook_oracle import reference_forward
-from rasp.core import Aggregate
+from rasp.core import Aggregate, Comparison, Select, indices
 from rasp.evaluate import evaluate
 
 
@@ -92,3 +94,13 @@ def assert_bounds_hold(ct, program, cert, batches, forward=reference_forward) ->
                     dev = np.abs(resid[i + 1] - exp)
                     assert np.all(dev <= eps), (xs, hook, i, dev.max())
     return worst_leak
+
+
+def all_inputs(vocab: list, n: int) -> list[list[list]]:
+    """Every input of 1..n tokens, one batch per length (the ``batches`` of :func:`assert_bounds_hold`)."""
+    return [[list(x) for x in itertools.product(vocab, repeat=k)] for k in range(1, n + 1)]
+
+
+def shift(sop):
+    """The previous position's value of ``sop`` ("_" at the first position): one mean head."""
+    return Aggregate(Select(indices, indices - 1, Comparison.EQ), sop, default="_")

@@ -12,16 +12,15 @@ the margin measured on every input.
 """
 from __future__ import annotations
 
-import itertools
 
 import numpy as np
 import torch
-from rasp_certify_checks import assert_bounds_hold
+from rasp_certify_checks import all_inputs, assert_bounds_hold, shift
 
 from hook_oracle import reference_forward
 from rasp import lib
 from rasp.certify import certify
-from rasp.core import Aggregate, Comparison, Map, Select, SequenceMap, indices, tokens
+from rasp.core import Aggregate, Comparison, Map, Select, SequenceMap, tokens
 from rasp.evaluate import evaluate
 from rasp.weights import compile_to_transformer
 
@@ -29,19 +28,13 @@ ABC = ["a", "b", "c"]
 N = 4
 
 
-def _all_inputs(vocab: list, n: int) -> list[list[list]]:
-    return [[list(x) for x in itertools.product(vocab, repeat=k)] for k in range(1, n + 1)]
-
-
-def _shift(sop):
-    return Aggregate(Select(indices, indices - 1, Comparison.EQ), sop, default="_")
 
 
 def _measured_margin(ct, program) -> float:
     """The smallest lead of the interpreter's value over every other class in the float64
     logits, over every input of 1..N tokens."""
     measured = np.inf
-    for batch in _all_inputs(ABC, N):
+    for batch in all_inputs(ABC, N):
         logits, _ = reference_forward(ct.model, torch.tensor([ct.encode(xs) for xs in batch]))
         for b, xs in enumerate(batch):
             want = evaluate(program, xs, causal=True, fast=False).column(program)
@@ -64,7 +57,7 @@ def test_a_bias_moved_into_the_mlps_one_row_still_passes():
         mlp.b_in.zero_()
     cert = certify(ct)
     assert cert.verdict == "PASS", cert.text()
-    assert_bounds_hold(ct, program, cert, _all_inputs(ABC, 3))
+    assert_bounds_hold(ct, program, cert, all_inputs(ABC, 3))
 
 
 def test_a_logit_raised_through_the_one_row_fails_the_readout():
@@ -98,7 +91,7 @@ def test_a_width_holds_zero_in_its_value_dimensions_until_its_mlp():
         mlp.W_in[ct.layout.dims[id(node)][0], u] += 5.0
     cert = certify(ct)
     assert cert.verdict == "PASS", cert.text()
-    assert_bounds_hold(ct, program, cert, _all_inputs(ABC, 3))
+    assert_bounds_hold(ct, program, cert, all_inputs(ABC, 3))
 
 
 def test_an_s_op_not_computed_yet_leaves_the_other_readers_in_the_box():
@@ -107,7 +100,7 @@ def test_an_s_op_not_computed_yet_leaves_the_other_readers_in_the_box():
     dimensions than ``B`` (a layer-0 max head), and ``C = (B == 'a')`` is an MLP of layer 0; its
     unit reading ``B`` is given a weight of 3 from ``A``'s first dimension, which holds 0 in
     layer 0. The model is unchanged; the certificate must PASS, every bound holding."""
-    A = _shift(_shift(tokens))
+    A = shift(shift(tokens))
     B = Aggregate(Select(tokens, tokens, Comparison.EQ), tokens, reduce="max", default="_")
     C = Map(lambda b: b == "a", B)
     program = SequenceMap(lambda a, c: a if c else "_", A, C)
@@ -121,7 +114,7 @@ def test_an_s_op_not_computed_yet_leaves_the_other_readers_in_the_box():
         mlp.W_in[a_dims[0], u] += 3.0
     cert = certify(ct)
     assert cert.verdict == "PASS", cert.text()
-    assert_bounds_hold(ct, program, cert, _all_inputs(ABC, 3))
+    assert_bounds_hold(ct, program, cert, all_inputs(ABC, 3))
 
 
 def test_the_readout_margin_contains_the_measured_one_when_eps_is_not_zero():
@@ -147,13 +140,9 @@ def test_the_readout_margin_contains_the_measured_one_when_eps_is_not_zero():
     assert cert.readout_margin >= measured - (2e-7 + 1e-12)
 
 
-def test_a_one_hot_s_ops_other_dimensions_hold_zero_plus_eps():
-    """Defect fixed in ``State.box``: only the dimension encoding the value was widened by
-    ``eps``; a one-hot s-op's other dimensions were taken as exactly 0, though the invariant
-    allows ``|e_d| <= eps[d]`` in each of them. Here a key holding 'a' also writes 1e-7 into
-    ``out:b`` (within LOOKUP_TOL, so ``eps[out:b] ~ 1e-7``) and b's logit reads ``out:b`` times
-    2e7: where the program says 'a', b's logit is ``2e7 * 1e-7 = 2`` against a's 1, so the model
-    answers 'b' (measured below); the certificate PASSed it. It must FAIL (readout)."""
+def _leaky_shift(weight: float):
+    """``shift_right(tokens)`` whose head also writes 1e-7 into ``out:b`` where it writes ``out:a``
+    (within LOOKUP_TOL), and whose logit of 'b' reads ``out:b`` times ``weight``."""
     program = lib.shift_right(tokens, 1, "_")
     ct = compile_to_transformer(program, ABC, N)
     label = ct.program.output.label
@@ -162,7 +151,18 @@ def test_a_one_hot_s_ops_other_dimensions_hold_zero_plus_eps():
     e = int(np.nonzero(W_O[0, :, da].detach().numpy())[0][0])
     with torch.no_grad():
         W_O[0, e, db] += 1e-7
-        ct.model.unembed.W_U[db, ct.classes.index("b")] = 2e7
+        ct.model.unembed.W_U[db, ct.classes.index("b")] = weight
+    return program, ct
+
+
+def test_a_one_hot_s_ops_other_dimensions_hold_zero_plus_eps():
+    """Defect fixed in ``State.box``: only the dimension encoding the value was widened by
+    ``eps``; a one-hot s-op's other dimensions were taken as exactly 0, though the invariant
+    allows ``|e_d| <= eps[d]`` in each of them. Here a key holding 'a' also writes 1e-7 into
+    ``out:b`` (within LOOKUP_TOL, so ``eps[out:b] ~ 1e-7``) and b's logit reads ``out:b`` times
+    2e7: where the program says 'a', b's logit is ``2e7 * 1e-7 = 2`` against a's 1, so the model
+    answers 'b' (measured below); the certificate PASSed it. It must FAIL (readout)."""
+    program, ct = _leaky_shift(2e7)
     assert evaluate(program, ["a", "a"], causal=True, fast=False).column(program) == ["_", "a"]
     assert ct.run(["a", "a"]) == ["_", "b"]
     cert = certify(ct)
@@ -174,15 +174,7 @@ def test_the_readout_margin_counts_eps_in_the_other_one_hot_dimensions():
     and its measured margin is ``1 - 10 * 1e-7 = 1 - 1e-6`` (at the positions holding 'a').
     The printed margin must be at most that (before the fix it printed ``1 - 1e-14``), and
     within 2e-6 of it."""
-    program = lib.shift_right(tokens, 1, "_")
-    ct = compile_to_transformer(program, ABC, N)
-    label = ct.program.output.label
-    da, db = (ct.layout.labels.index(f"{label}:{v}") for v in "ab")
-    W_O = ct.model.blocks[0].attn.W_O
-    e = int(np.nonzero(W_O[0, :, da].detach().numpy())[0][0])
-    with torch.no_grad():
-        W_O[0, e, db] += 1e-7
-        ct.model.unembed.W_U[db, ct.classes.index("b")] = 10.0
+    program, ct = _leaky_shift(10.0)
     cert = certify(ct)
     assert cert.verdict == "PASS", cert.text()
     measured = _measured_margin(ct, program)

@@ -17,9 +17,8 @@ tests/hook_oracle.py (``assert_bounds_hold``) and counts derived by hand in the 
 """
 from __future__ import annotations
 
-import itertools
 
-from rasp_certify_checks import assert_bounds_hold
+from rasp_certify_checks import all_inputs, assert_bounds_hold, shift
 
 from rasp import lib
 from rasp.certify import certify
@@ -31,14 +30,6 @@ ABC = ["a", "b", "c"]
 N = 4
 
 
-def _all_inputs(vocab: list, n: int) -> list[list[list]]:
-    """Every input of 1..n tokens, one batch per length."""
-    return [[list(x) for x in itertools.product(vocab, repeat=k)] for k in range(1, n + 1)]
-
-
-def _shift(sop):
-    """The previous position's value of ``sop`` ("_" at the first position): one mean head."""
-    return Aggregate(Select(indices, indices - 1, Comparison.EQ), sop, default="_")
 
 
 def test_token_values_equal_in_python_but_of_another_type_are_separate_states():
@@ -62,7 +53,7 @@ def test_token_values_equal_in_python_but_of_another_type_are_separate_states():
 def _chain():
     """``agg = shift(tokens)`` (4 values: '_', 'a', 'b', 'c'); ``same = (agg == tokens)`` (an
     MLP, values False/True); ``late = same and i > 1`` (an MLP reading ``same`` and the position)."""
-    agg = _shift(tokens)
+    agg = shift(tokens)
     same = SequenceMap(lambda a, t: a == t, agg, tokens)
     return SequenceMap(lambda x, i: bool(x and i > 1), same, indices)
 
@@ -84,7 +75,7 @@ def test_tables_range_over_exactly_the_sources_they_read():
     assert cert.verdict == "PASS", cert.text()
     assert [r.states for r in cert.mlps] == [4 * 3, 2 * 4]
     assert [r.pairs for r in cert.heads] == [4 * 4]
-    assert_bounds_hold(ct, program, cert, _all_inputs(ABC, 3))
+    assert_bounds_hold(ct, program, cert, all_inputs(ABC, 3))
 
 
 def test_a_width_over_tokens_ranges_over_token_classes_only():
@@ -111,19 +102,19 @@ def test_a_nested_tuple_reads_the_position_through_its_child():
     cert = certify(ct)
     assert cert.verdict == "PASS", cert.text()
     assert [r.pairs for r in cert.heads] == [(3 * 4) * (3 * 4)]
-    assert_bounds_hold(ct, program, cert, _all_inputs([1, 2, 3], 3))
+    assert_bounds_hold(ct, program, cert, all_inputs([1, 2, 3], 3))
 
 
 def test_a_table_whose_first_input_reads_the_position_enumerates_it():
     """Fault: whether the position is a source taken from the last s-op read alone. The MLP of
     ``f(i, agg)`` reads the position first and the shifted token last; it must range over
     4 positions * 4 values of ``agg`` = 16 states, and PASS with its bounds holding."""
-    program = SequenceMap(lambda i, a: a if i % 2 else "_", indices, _shift(tokens))
+    program = SequenceMap(lambda i, a: a if i % 2 else "_", indices, shift(tokens))
     ct = compile_to_transformer(program, ABC, N)
     cert = certify(ct)
     assert cert.verdict == "PASS", cert.text()
     assert [r.states for r in cert.mlps] == [4 * 4]
-    assert_bounds_hold(ct, program, cert, _all_inputs(ABC, 3))
+    assert_bounds_hold(ct, program, cert, all_inputs(ABC, 3))
 
 
 def test_weights_on_an_accelerator_are_read_on_the_host():
