@@ -17,7 +17,7 @@ tests/hook_oracle.py (``assert_bounds_hold``) and counts derived by hand in the 
 """
 from __future__ import annotations
 
-
+import pytest
 from rasp_certify_checks import all_inputs, assert_bounds_hold, shift
 
 from rasp import lib
@@ -117,15 +117,10 @@ def test_a_table_whose_first_input_reads_the_position_enumerates_it():
     assert_bounds_hold(ct, program, cert, all_inputs(ABC, 3))
 
 
+@pytest.mark.gpu
 def test_weights_on_an_accelerator_are_read_on_the_host():
     """Fault: the weights not brought to the host before ``.numpy()`` (a model on a GPU then
-    cannot be certified at all). Runs only where CUDA is available; the certificate of a model
-    moved there must PASS as on the CPU."""
-    import pytest
-    import torch
-
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA device")
+    cannot be certified at all). The certificate of a model moved to CUDA must PASS as on the CPU."""
     ct = compile_to_transformer(lib.shift_right(tokens, 1, "_"), ABC, N)
     ct.model.to("cuda")
     assert certify(ct).verdict == "PASS"
