@@ -210,3 +210,11 @@ def test_cli_dtype(capsys):
     assert main(["--program", "lib:make_hist", "--max-seq-len", "6", "--dtype", "float16"]) == 2
     res = capsys.readouterr()
     assert res.out == "" and len(res.err.strip().splitlines()) == 1
+
+
+def test_a_float32_head_without_rivals_keeps_an_infinite_margin():
+    """make_length's head selects every key (a constant selector): no key competes, so its margin
+    is +inf in float32 as in float64 (the score rounding 2 ds is not subtracted from it) and its
+    leak is exactly 0."""
+    cert = certify(compile_to_transformer(lib.make_length(), ["a", "b"], N, dtype=torch.float32))
+    assert cert.passed and cert.heads[0].margin == np.inf and cert.heads[0].leak == 0.0

@@ -113,6 +113,18 @@ def test_a_finite_difference_that_overflows_is_not_read_as_an_empty_side():
     assert scores._sum_lo(gap, -inf) == -inf and scores._sum_up(over, inf) == inf
 
 
+def test_an_empty_side_outweighs_a_part_that_bounds_nothing_and_a_nan_bounds_nothing():
+    """A gap sum with an empty part (+inf: no query state has such keys, so the condition over the
+    product of the components is vacuous) is +inf even beside a part that bounds nothing (-inf);
+    a spread sum likewise -inf beside +inf. A NaN part (an enclosure that overflowed) bounds
+    nothing: -inf for a lower bound, +inf for an upper one."""
+    assert scores._sum_lo(inf, -inf) == inf and scores._sum_lo(-inf, inf) == inf
+    assert scores._sum_up(-inf, inf) == -inf and scores._sum_up(inf, -inf) == -inf
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert scores._sum_lo(np.nan, 1.0) == -inf and scores._sum_up(np.nan, 1.0) == inf
+
+
 def _stats(**kw) -> dict:
     base = {k: inf for k in ("AV", "AB", "Ab", "bV", "bB", "AM")} | {"sAM": -inf, "sAb": -inf, "sbA": -inf,
                                                                       "classes": None}

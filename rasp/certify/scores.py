@@ -270,12 +270,12 @@ def _component(st, tables, Q, qn, dims, WQ, qc, kc, kb, selection) -> dict:
 
 
 def _over(hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
-    """An upper bound of ``hi - lo``; ``-inf`` where either side is empty; a difference of finite
-    sides that overflows to ``-inf`` is bounded by the most negative finite float."""
+    """An upper bound of ``hi - lo``; ``-inf`` where either side is empty. ``-inf`` can come from
+    nothing else (a difference of finite sides that overflows rounds up to the most negative
+    finite float), ``+inf`` stays ``+inf``, a NaN becomes ``+inf``."""
     with np.errstate(over="ignore", invalid="ignore"):
         d = hi - lo
-    infinite = np.isinf(hi) | np.isinf(lo)
-    return np.where((hi == -np.inf) | (lo == np.inf), -np.inf, I.upper_bound(np.where(infinite, d, I.up(d))))
+    return np.where((hi == -np.inf) | (lo == np.inf), -np.inf, I.upper_bound(I.up(d)))
 
 
 def _classes(out: dict, per: list, g0: int, t: I.Iv, b: I.Iv) -> None:
@@ -360,5 +360,4 @@ def _gap(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore", invalid="ignore"):
         d = a - b
     vacuous = (a == np.inf) | (b == -np.inf)
-    infinite = np.isinf(a) | np.isinf(b)
-    return np.where(vacuous, np.inf, I.lower_bound(np.where(infinite, d, I.down(d))))
+    return np.where(vacuous, np.inf, I.lower_bound(I.down(d)))       # down(-inf) = -inf, down(+inf) = max
