@@ -14,6 +14,7 @@ from __future__ import annotations
 
 
 import numpy as np
+import pytest
 import torch
 from rasp_certify_checks import all_inputs, assert_bounds_hold, shift
 
@@ -140,31 +141,32 @@ def test_the_readout_margin_contains_the_measured_one_when_eps_is_not_zero():
     assert cert.readout_margin >= measured - (2e-7 + 1e-12)
 
 
-def _leaky_shift(weight: float):
-    """``shift_right(tokens)`` whose head also writes 1e-7 into ``out:b`` where it writes ``out:a``
-    (within LOOKUP_TOL), and whose logit of 'b' reads ``out:b`` times ``weight``."""
+def _leaky_shift(weight: float, into: str = "b"):
+    """``shift_right(tokens)`` whose head also writes 1e-7 into ``out:<into>`` where it writes
+    ``out:a`` (within LOOKUP_TOL), and whose logit of ``into`` reads ``out:<into>`` times ``weight``."""
     program = lib.shift_right(tokens, 1, "_")
     ct = compile_to_transformer(program, ABC, N)
     label = ct.program.output.label
-    da, db = (ct.layout.labels.index(f"{label}:{v}") for v in "ab")
+    da, db = (ct.layout.labels.index(f"{label}:{v}") for v in ("a", into))
     W_O = ct.model.blocks[0].attn.W_O
     e = int(np.nonzero(W_O[0, :, da].detach().numpy())[0][0])
     with torch.no_grad():
         W_O[0, e, db] += 1e-7
-        ct.model.unembed.W_U[db, ct.classes.index("b")] = weight
+        ct.model.unembed.W_U[db, ct.classes.index(into)] = weight
     return program, ct
 
 
-def test_a_one_hot_s_ops_other_dimensions_hold_zero_plus_eps():
+@pytest.mark.parametrize("into", ["b", "c"])     # c: the s-op's last dimension, the one a width's scratch would take
+def test_a_one_hot_s_ops_other_dimensions_hold_zero_plus_eps(into):
     """Defect fixed in ``State.box``: only the dimension encoding the value was widened by
     ``eps``; a one-hot s-op's other dimensions were taken as exactly 0, though the invariant
     allows ``|e_d| <= eps[d]`` in each of them. Here a key holding 'a' also writes 1e-7 into
     ``out:b`` (within LOOKUP_TOL, so ``eps[out:b] ~ 1e-7``) and b's logit reads ``out:b`` times
     2e7: where the program says 'a', b's logit is ``2e7 * 1e-7 = 2`` against a's 1, so the model
     answers 'b' (measured below); the certificate PASSed it. It must FAIL (readout)."""
-    program, ct = _leaky_shift(2e7)
+    program, ct = _leaky_shift(2e7, into)
     assert evaluate(program, ["a", "a"], causal=True, fast=False).column(program) == ["_", "a"]
-    assert ct.run(["a", "a"]) == ["_", "b"]
+    assert ct.run(["a", "a"]) == ["_", into]
     cert = certify(ct)
     assert (cert.verdict, cert.kind) == ("FAIL", "readout"), cert.text()
 
