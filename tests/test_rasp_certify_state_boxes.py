@@ -182,3 +182,24 @@ def test_the_readout_margin_counts_eps_in_the_other_one_hot_dimensions():
     measured = _measured_margin(ct, program)
     assert abs(measured - (1 - 1e-6)) < 1e-9
     assert measured - 2e-6 <= cert.readout_margin <= measured
+
+
+def test_a_widths_other_value_dimensions_hold_zero_plus_eps_after_its_mlp():
+    """The box fix for a selector width: after its decoding MLP, ``hist`` is a one-hot s-op like
+    any other, and its dimensions other than the value's hold 0 +- eps. The two units that write
+    ``hist:1`` (a bump, 6 r_2 - 8 r_3 = [w == 1]) also write 1e-8 times it into ``hist:2`` (within
+    LOOKUP_TOL), and the logit of 2 reads ``hist:2`` times 2e8: where the program says 1, the
+    model answers 2 (measured below). The certificate must FAIL (readout)."""
+    program = lib.make_hist()
+    ct = compile_to_transformer(program, ABC, N)
+    lab, node = ct.layout.labels, ct.program.output
+    d1, d2 = lab.index(f"{node.label}:1"), lab.index(f"{node.label}:2")
+    W_out = ct.model.blocks[0].mlp.W_out
+    with torch.no_grad():
+        for u in np.nonzero(W_out[:, d1].detach().numpy())[0]:
+            W_out[u, d2] += 1e-8 * W_out[u, d1]
+        ct.model.unembed.W_U[d2, ct.classes.index(2)] = 2e8
+    assert evaluate(program, ["a", "b"], causal=True, fast=False).column(program) == [1, 1]
+    assert ct.run(["a", "b"]) == [2, 2]
+    cert = certify(ct)
+    assert (cert.verdict, cert.kind) == ("FAIL", "readout"), cert.text()
