@@ -42,7 +42,7 @@ def _groups(st: State, layer: int, W_out: np.ndarray, b_out: np.ndarray) -> dict
     groups: dict[int, tuple] = {}
     here = [n for n in st.prog.nodes if n.kind in ("mlp", "width") and n.slot == 2 * layer + 1]
     for node in here:
-        dims = [x for x in st.layout.dims[id(node)] if node.kind != "width" or x != st.layout.scratch(node)]
+        dims = st.value_dims(node)
         groups[id(node)] = (node, [], dims)
 
     def group_of(dims: np.ndarray, what: str) -> list[int]:

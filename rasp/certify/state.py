@@ -175,8 +175,7 @@ class State:
 
     def value_dims(self, node: Any) -> list[int]:
         """The dimensions holding ``layout.write(node, v)`` (a selector width's scratch excluded)."""
-        dims = self.layout.dims.get(id(node), [])
-        return [x for x in dims if node.kind != "width" or x != self.layout.scratch(node)]
+        return [x for x in self.layout.dims[id(node)] if node.kind != "width" or x != self.layout.scratch(node)]
 
     def box(self, combos: list[dict], dims: Iterable[int]) -> I.Iv:
         """``[len(combos), d]`` enclosures of the residual at positions in those states, exact on
