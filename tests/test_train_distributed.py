@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -63,10 +64,24 @@ def test_a_batch_the_processes_cannot_share_is_one_line_exit_2(tmp_path, capsys,
     assert not (tmp_path / "r").exists()
 
 
+TEARDOWN_ABORT = "terminate called without an active exception"
+
+
 def test_ddp_gives_every_rank_the_one_process_gradient():
+    """The gradients are compared, and the result printed, before the group is torn down. Once,
+    in CI under load, a rank aborted in gloo's teardown after a passing comparison (exit -6,
+    ``TEARDOWN_ABORT``); the script now frees DDP before the group, as lengthgen.train does. Such
+    a run, and only such a run, is repeated once: a wrong gradient fails on the first try."""
     done = torchrun("tests/ddp_gradient_check.py")
+    if done.returncode != 0 and TEARDOWN_ABORT in done.stderr and _passed(done.stdout):
+        done = torchrun("tests/ddp_gradient_check.py")
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
-    assert "max relative difference" in done.stdout
+    assert _passed(done.stdout), done.stdout
+
+
+def _passed(stdout: str) -> bool:
+    found = re.search(r"max relative difference (\S+)", stdout)
+    return found is not None and float(found.group(1)) <= 1e-5
 
 
 def test_two_processes_follow_the_one_process_loss_curve(tmp_path):
