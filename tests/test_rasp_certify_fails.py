@@ -254,3 +254,27 @@ def test_a_numerical_mean_whose_value_set_the_compiler_left_unknown_is_refused()
     assert next(n for n in ct.program.nodes if n.label == "frac_prevs").values is None
     with pytest.raises(CertifyError, match="value set is unknown"):
         certify(ct)
+
+
+@pytest.mark.parametrize("form", ["or", "not"])
+def test_an_or_or_not_across_different_s_ops_fails_margin_as_documented(form):
+    """The documented limit (docs/turing-programs.md, "Not covered yet"): an Or or a Not whose
+    Selects compare different s-ops compiles to a head over tuple s-ops, which the certificate
+    enumerates as if independent of their sources; it FAILs ``margin``, never PASSes on that
+    reasoning and never stops with an exception. The sources of *every* leaf of the tree are
+    enumerated (a tree whose first or second operand's sources were dropped stopped with a
+    KeyError), and the model itself is right on every input (checked against the interpreter)."""
+    from rasp.core import Comparison, Select, SelectorWidth, indices
+    from rasp.evaluate import evaluate
+    from rasp_certify_checks import all_inputs
+
+    lt, eq = Select(tokens, tokens, Comparison.LT), Select(tokens, tokens, Comparison.EQ)
+    pos_lt = Select(indices, indices, Comparison.LT)
+    prog = SelectorWidth((lt & pos_lt) | eq if form == "or" else ~(eq & pos_lt))
+    ct = compile_to_transformer(prog, [0, 1, 2], 4)
+    for batch in all_inputs([0, 1, 2], 3):
+        for xs in batch:
+            assert ct.run(list(xs)) == evaluate(prog, list(xs), causal=True, fast=False).column(prog), xs
+    cert, kind, reason = verdict(ct)
+    assert (cert, kind) == ("FAIL", "margin"), reason
+    assert "-80" in reason, reason

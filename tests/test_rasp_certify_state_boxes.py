@@ -141,9 +141,10 @@ def test_the_readout_margin_contains_the_measured_one_when_eps_is_not_zero():
     assert cert.readout_margin >= measured - (2e-7 + 1e-12)
 
 
-def _leaky_shift(weight: float, into: str = "b"):
-    """``shift_right(tokens)`` whose head also writes 1e-7 into ``out:<into>`` where it writes
-    ``out:a`` (within LOOKUP_TOL), and whose logit of ``into`` reads ``out:<into>`` times ``weight``."""
+def _leaky_shift(weight: float, into: str = "b", leak: float = 1e-7, reader: str | None = None):
+    """``shift_right(tokens)`` whose head also writes ``leak`` into ``out:<into>`` where it writes
+    ``out:a`` (within LOOKUP_TOL), and whose logit of ``reader`` (``into`` unless given) reads
+    ``out:<into>`` times ``weight``."""
     program = lib.shift_right(tokens, 1, "_")
     ct = compile_to_transformer(program, ABC, N)
     label = ct.program.output.label
@@ -151,8 +152,8 @@ def _leaky_shift(weight: float, into: str = "b"):
     W_O = ct.model.blocks[0].attn.W_O
     e = int(np.nonzero(W_O[0, :, da].detach().numpy())[0][0])
     with torch.no_grad():
-        W_O[0, e, db] += 1e-7
-        ct.model.unembed.W_U[db, ct.classes.index(into)] = weight
+        W_O[0, e, db] += leak
+        ct.model.unembed.W_U[db, ct.classes.index(reader or into)] = weight
     return program, ct
 
 
@@ -203,3 +204,50 @@ def test_a_widths_other_value_dimensions_hold_zero_plus_eps_after_its_mlp():
     assert ct.run(["a", "b"]) == [2, 2]
     cert = certify(ct)
     assert (cert.verdict, cert.kind) == ("FAIL", "readout"), cert.text()
+
+
+def test_a_negative_leak_into_another_one_hot_dimension_is_in_the_box():
+    """The other one-hot dimensions hold 0 +- eps: the *lower* side too (``[+eps, eps]`` would
+    pass a leak of the other sign). Where the head writes ``out:a`` it also writes -1e-7 into
+    ``out:b``, and c's logit reads ``out:b`` times -2e7: where the program says 'a', c's logit is
+    ``-2e7 * -1e-7 = 2`` against a's 1, so the model answers 'c' (measured below; where the
+    value is 'b', c's logit is -2e7 and 'b' wins). c's logit reads ``out:c`` times 5, so that
+    where the value is 'c' it wins even against ``-2e7 * eps``: the box ``[+eps, eps]`` PASSes
+    this model. The certificate must FAIL (readout)."""
+    program, ct = _leaky_shift(-2e7, "b", leak=-1e-7, reader="c")
+    dc = ct.layout.labels.index(f"{ct.program.output.label}:c")
+    with torch.no_grad():
+        ct.model.unembed.W_U[dc, ct.classes.index("c")] = 5.0
+    assert evaluate(program, ["a", "a"], causal=True, fast=False).column(program) == ["_", "a"]
+    assert ct.run(["a", "a"]) == ["_", "c"]
+    assert ct.run(["b", "b"]) == ["_", "b"] and ct.run(["c", "c"]) == ["_", "c"]
+    cert = certify(ct)
+    assert (cert.verdict, cert.kind) == ("FAIL", "readout"), cert.text()
+
+
+def test_the_upper_side_of_a_value_dimension_above_its_encoding_is_in_the_box():
+    """The dimension encoding the value is widened upwards too (``[a - e, b - e]`` is not an
+    enclosure). ``out:a`` is written as ``1 + 1e-7`` (within LOOKUP_TOL, so ``eps ~ 1e-7``); the
+    logit of 'b' reads ``out:a`` times 2 and the logit of 'a' has a bias of 2, and every other
+    class reads its own dimension times 5, so the model is right everywhere: where the value is
+    'a', a's logit is ``2 + (1 + d)`` and b's ``2 (1 + d)``, a lead of ``1 - d`` with ``d = 1e-7``;
+    elsewhere the value's logit is 5 against a's 2 (a lead of 3, so the state 'a' binds). The printed margin must be at most the
+    measured one and within ``4 eps`` of it (the sound bound is ``3 - e - 2 (1 + e) = 1 - 3e``;
+    the upper side cut to ``1 - e`` prints ``1 + e``, above the measured lead)."""
+    program = lib.shift_right(tokens, 1, "_")
+    ct = compile_to_transformer(program, ABC, N)
+    label = ct.program.output.label
+    da = ct.layout.labels.index(f"{label}:a")
+    W_U, b_U = ct.model.unembed.W_U, ct.model.unembed.b_U
+    with torch.no_grad():
+        ct.model.blocks[0].attn.W_O[0, :, da] *= 1 + 1e-7
+        b_U[ct.classes.index("a")] += 2.0
+        W_U[da, ct.classes.index("b")] = 2.0
+        for c, v in enumerate(ct.classes):
+            if v != "a":
+                W_U[ct.layout.labels.index(f"{label}:{v}"), c] *= 5.0
+    cert = certify(ct)
+    assert cert.verdict == "PASS", cert.text()
+    measured = _measured_margin(ct, program)
+    assert 1 - 1.1e-7 < measured < 1 - 0.9e-7
+    assert measured - 4e-7 <= cert.readout_margin <= measured
