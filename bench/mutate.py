@@ -272,6 +272,13 @@ PARTS = {
         ("src/lengthgen/proof/trained.py", "src/lengthgen/proof/trained_tables.py",
          "src/lengthgen/proof/trained_affine.py", "src/lengthgen/proof/counterexamples.py"),
         TRAINED_TESTS, isolation="fork"),
+    # the float32 statement of the trained-model certificate: the formulas by hand and the kernels
+    # measured (under 1 s), each step's widening exactly (1 s), each step against torch's float32
+    # pass (10 s) and the whole statement against it (10 s)
+    "trained-float": Part(("src/lengthgen/proof/trained_float.py",),
+                          ("tests/test_trained_float_kernels.py", "tests/test_trained_float_wiring.py",
+                           "tests/test_trained_float_stages.py", "tests/test_certify_trained_float.py"),
+                          isolation="fork"),
     "tail": Part(("src/lengthgen/proof/affine.py", "src/lengthgen/proof/layers.py"),
                  ("tests/test_affine_tail_bounds.py", "tests/test_proof_layers_edges.py", *TRAINED_TESTS), isolation="fork"),
     # the RASP -> weights compiler (rasp/weights/, about 2500 mutants) in three parts by file, each

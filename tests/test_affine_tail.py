@@ -38,7 +38,7 @@ def ref_act(x: np.ndarray, act: str) -> np.ndarray:
 def random_tail(seed: int, act: str, d: int = 8, m: int = 24, V: int = 6, ln: bool = True) -> SimpleNamespace:
     rng = np.random.default_rng(seed)
     norm = (lambda: (1.0 + 0.3 * rng.standard_normal(d), 0.1 * rng.standard_normal(d))) if ln else (lambda: None)
-    return SimpleNamespace(ln2=norm(), ln_final=norm(), act=act,
+    return SimpleNamespace(ln2=norm(), ln_final=norm(), act=act, fmt=None,  # the real-number function
                            W_in=rng.standard_normal((d, m)) / math.sqrt(d), b_in=0.3 * rng.standard_normal(m),
                            W_out=rng.standard_normal((m, d)) / math.sqrt(m), b_out=0.1 * rng.standard_normal(d),
                            W_U=rng.standard_normal((d, V)), b_U=0.1 * rng.standard_normal(V))

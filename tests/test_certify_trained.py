@@ -39,10 +39,12 @@ def all_pairs(n: int) -> list[tuple[int, int]]:
 
 
 @torch.inference_mode()
-def forward(model: Transformer, pairs: list[tuple[int, int]], n: int) -> tuple[np.ndarray, np.ndarray]:
-    """The float64 model teacher-forced on every pair: [pairs, N + 2] True where it misses the true
-    next token (decision margin), and [pairs, N + 2, V] logit[true token] − logit[each token]."""
-    m64 = copy.deepcopy(model).to(torch.float64)
+def forward(model: Transformer, pairs: list[tuple[int, int]], n: int, dtype: torch.dtype = torch.float64
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """The model in ``dtype`` (float64: its real function to 10^-15 or so) teacher-forced on every
+    pair: [pairs, N + 2] True where it misses the true next token (decision margin), and
+    [pairs, N + 2, V] logit[true token] − logit[each token] (computed in float64 from its logits)."""
+    m64 = copy.deepcopy(model).to(dtype)
     rows, diffs = [], []
     for i in range(0, len(pairs), 2048):
         insts = [ADDITION.instance(str(a).zfill(n), str(b).zfill(n), start=START) for a, b in pairs[i:i + 2048]]
@@ -54,6 +56,7 @@ def forward(model: Transformer, pairs: list[tuple[int, int]], n: int) -> tuple[n
         logits = m64(tokens[:, :-1], pos[:, :-1], logits_from=first)
         target = tokens[:, first + 1:]
         rows.append((decided_argmax(logits) != target).numpy())
+        logits = logits.double()
         diffs.append((logits.gather(-1, target[..., None]) - logits).numpy())
     return np.concatenate(rows), np.concatenate(diffs)
 
@@ -70,12 +73,14 @@ def config_of(a: int, b: int, n: int, window: tuple[int, int]) -> tuple:
     return tuple(min(p) for p in zip(da, db)), tuple(max(p) for p in zip(da, db)), carry
 
 
-def assert_sound(model: Transformer, n: int, pairs: list[tuple[int, int]], exhaustive: bool, **kw) -> dict:
-    """Every (pair, position) the model gets wrong is unproven; every real logit difference lies in
-    its configuration's enclosure; with all pairs, the bound is at most the exact match."""
-    results = cli.certify(model, n, START, keep_enclosures=True, **kw)
+def assert_sound(model: Transformer, n: int, pairs: list[tuple[int, int]], exhaustive: bool, dtype: str = "real",
+                 **kw) -> dict:
+    """Every (pair, position) the model gets wrong is unproven; every real logit difference (or,
+    for a float ``dtype``, every one of the forward pass in that format) lies in its
+    configuration's enclosure; with all pairs, the bound is at most the exact match."""
+    results = cli.certify(model, n, START, keep_enclosures=True, dtype=dtype, **kw)
     out = cli.summarize(n, results, [])
-    wrong, diffs = forward(model, pairs, n)
+    wrong, diffs = forward(model, pairs, n, torch.float64 if dtype == "real" else getattr(torch, dtype))
     for res in results:
         failed = {(tuple(a), tuple(b), c) for a, b, c in res.failed}
         ca, cb, carry, lo, hi = res.enclosures
@@ -231,7 +236,9 @@ def two_layer_checkpoint(tmp_path):
     (["--checkpoint", "checkpoints/multiplication_nx2_coupled_2l4h", "--digits", "3"], "addition"),
     (["--checkpoint", "checkpoints/addition_coupled_1l2h", "--digits", "0"], "at least 1"),
     (["--checkpoint", "checkpoints/addition_coupled_1l2h", "--digits", "16"], "position table"),
-    (["--checkpoint", "checkpoints/addition_coupled_1l2h", "--digits", "3", "--dtype", "float32"], "real"),
+    (["--checkpoint", "checkpoints/addition_coupled_1l2h", "--digits", "3", "--dtype", "float64"],
+     "holds float32 weights"),
+    (["--checkpoint", "checkpoints/addition_coupled_1l2h", "--digits", "3", "--dtype", "bfloat16"], "invalid choice"),
     (["--checkpoint", "no/such/dir", "--digits", "3"], "no such checkpoint"),
     (["--checkpoint", "checkpoints/addition_coupled_1l2h", "--digits", "x"], "expected a whole number in digits 0-9"),
     (["--checkpoint", "checkpoints/addition_coupled_1l2h", "--digits", "3", "--tail", "box"], "invalid choice"),

@@ -8,10 +8,13 @@ Statement (docs/certificate.md, "Trained models"): over the N-digit operand pair
 ``python -m lengthgen.evaluate`` samples (uniform, leading digits non-zero when N > 1, coupled IDs
 from the evaluation start s = 2), teacher-forced exact match with the decision margin
 (:data:`lengthgen.decode.DECISION_MARGIN`) is at least ``accuracy_lower_bound``, in exact real
-arithmetic on the checkpoint's weights (``--dtype real``). The bound is 1 − the summed probability
+arithmetic on the checkpoint's weights (``--dtype real``), or, with ``--dtype float32``, for the
+model's own float32 forward pass under the rounding model (:mod:`lengthgen.proof.trained_float`:
+(F1), (F3) and two kernel assumptions, LayerNorm and GELU). The bound is 1 − the summed probability
 of the local configurations left unproven at each answer position (a union bound over the N + 2
 answer positions); PROVEN_EXACT when nothing is left. Unproven configurations are tried on the real
-model (float64 forward passes on operand pairs that realize them); the ones it really gets wrong are
+model (float64 forward passes on operand pairs that realize them, float32 ones for the float32
+statement); the ones it really gets wrong are
 printed as counterexamples. How: :mod:`lengthgen.proof.trained`.
 """
 from __future__ import annotations
@@ -33,6 +36,7 @@ from .decode import DECISION_MARGIN
 from .evaluate import evaluate, load_for_eval
 from .proof.counterexamples import realize, wrong_positions
 from .proof.trained import Layout, PositionCertifier, PositionResult
+from .proof.trained_float import FloatFormat
 from .proof.trained_tables import OneLayer, Tables
 from .proof.weights import StructureError
 from .runs import OneLineParser, RunError, fail
@@ -40,6 +44,7 @@ from .tasks import ADDITION
 
 PROG = "python -m lengthgen.certify"
 TRIES = 3  # operand pairs tried per unproven configuration
+DTYPES = ("real", "float32", "float64")
 
 
 def float_below(x: Fraction) -> float:
@@ -50,7 +55,8 @@ def float_below(x: Fraction) -> float:
 
 def certify(model: torch.nn.Module, n: int, start: int, *, max_width: int = 2, margin: float = DECISION_MARGIN,
             progress: bool = False, keep_enclosures: bool = False, tail: str = "both",
-            positions: list[int] | None = None, widen_to: int | None = None) -> list[PositionResult]:
+            positions: list[int] | None = None, widen_to: int | None = None, dtype: str = "real"
+            ) -> list[PositionResult]:
     """Certificate results of every answer position r = 0 … N + 1 of N-digit coupled addition
     (``keep_enclosures``: each also keeps its configurations' logit-difference enclosures;
     ``tail``: "both" runs the affine tail on what the plain interval pass leaves unproven,
@@ -58,10 +64,12 @@ def certify(model: torch.nn.Module, n: int, start: int, *, max_width: int = 2, m
     positions, for tests and figures — the bound needs them all; ``widen_to``: the configurations an
     answer position leaves unproven are split into those of a window one significance wider and
     certified again, up to this width: a branch and bound whose proven parts each stand on a proof
-    of their own)."""
-    w = OneLayer.from_model(model)
+    of their own; ``dtype``: "real" for the exact real-number function of the weights, or the
+    float format of the forward pass the bound is about, "float32" or "float64", under the rounding
+    model (lengthgen.proof.trained_float))."""
+    w = OneLayer.from_model(model, None if dtype == "real" else FloatFormat(dtype))
     lay = Layout(n, start, ADDITION.EOS, ADDITION.PLUS, ADDITION.EQUALS)
-    tables = Tables.build(w)
+    tables = Tables.build(w, n_keys=ADDITION.instance("0" * n, "0" * n, start=start).tokens.shape[0])
     certifiers = {width: PositionCertifier(w, tables, lay, max_width=width, margin=margin,
                                            keep_enclosures=keep_enclosures, tail=tail)
                   for width in range(max_width, max(max_width, widen_to or 0) + 1)}
@@ -82,9 +90,10 @@ def certify(model: torch.nn.Module, n: int, start: int, *, max_width: int = 2, m
 
 
 def find_counterexamples(model: torch.nn.Module, n: int, start: int, results: list[PositionResult], limit: int,
-                         seed: int = 0) -> list[dict[str, Any]]:
+                         seed: int = 0, dtype: str = "real") -> list[dict[str, Any]]:
     """Up to ``limit`` operand pairs realizing unproven configurations that the model really gets
-    wrong at that configuration's answer position (float64 forward pass, decided argmax)."""
+    wrong at that configuration's answer position (decided argmax; a float64 forward pass for the
+    real-arithmetic statement, else one in ``dtype``)."""
     lay = Layout(n, start, ADDITION.EOS, ADDITION.PLUS, ADDITION.EQUALS)
     rng = np.random.default_rng(seed)
     found: list[dict[str, Any]] = []
@@ -93,7 +102,8 @@ def find_counterexamples(model: torch.nn.Module, n: int, start: int, results: li
         tried = [(cfg, realize(lay, res.window[0], *cfg, rng)) for cfg in res.failed[:budget] for _ in range(TRIES)]
         if not tried:
             continue
-        verdicts = wrong_positions(model, [pair for _, pair in tried], start)
+        verdicts = wrong_positions(model, [pair for _, pair in tried], start,
+                                   dtype=torch.float64 if dtype == "real" else getattr(torch, dtype))
         seen = set()
         for (cfg, (a, b)), wrong in zip(tried, verdicts):
             key = (tuple(cfg[0]), tuple(cfg[1]), cfg[2])
@@ -121,8 +131,10 @@ def summarize(n: int, results: list[PositionResult], counterexamples: list[dict[
 
 
 def format_report(desc: dict[str, Any], out: dict[str, Any]) -> str:
+    about = ("exact real arithmetic" if out["dtype"] == "real" else
+             f"the {out['dtype']} forward pass under the rounding model")
     lines = [f"{desc['name']} (addition, coupled positions, start {out['start']}), {out['digits']}-digit operands, "
-             "exact real arithmetic",
+             + about,
              f"verdict: {out['verdict']}   accuracy lower bound {out['accuracy_lower_bound']:.6f} "
              f"(1 − unproven mass, union bound over {out['digits'] + 2} answer positions)",
              f"local configurations: {out['configurations_proven']} proven, {out['configurations_failed']} not proven"]
@@ -146,7 +158,10 @@ def parser() -> OneLineParser:
     p.add_argument("--checkpoint", required=True, help="checkpoint directory, run directory, weight file, or a "
                    "registered name such as 'construction'")
     p.add_argument("--digits", type=int, required=True, help="operand length N")
-    p.add_argument("--dtype", default="real", help="arithmetic the statement is about (only 'real' is supported)")
+    p.add_argument("--dtype", default="real", choices=DTYPES,
+                   help="what the bound is about: the exact real-number function of the stored weights (real, the "
+                   "default), or the model's own float32 (or float64) forward pass under the rounding model of "
+                   "docs/certificate.md; a float format must be the checkpoint's")
     p.add_argument("--samples", type=int, default=0, help="also report lengthgen.evaluate's sampled exact match")
     p.add_argument("--max-width", type=int, default=2, help="significances per local configuration window "
                    "(cost grows 55× per extra one)")
@@ -176,9 +191,6 @@ def _main(argv: list[str] | None) -> int:
     args = parser().parse_args(argv)
     t0 = time.perf_counter()
     try:
-        if args.dtype != "real":
-            raise DataError(f"--dtype {args.dtype} is not supported: the trained-model certificate proves "
-                            "statements in exact real arithmetic only (--dtype real)")
         if args.digits < 1 or args.samples < 0 or args.max_width < 1 or args.threads < 1 or args.counterexamples < 0:
             raise DataError("--digits, --max-width and --threads must be at least 1; --samples and "
                             "--counterexamples at least 0")
@@ -191,12 +203,17 @@ def _main(argv: list[str] | None) -> int:
             raise DataError(f"{args.checkpoint}: the certificate covers addition with coupled positions, not "
                             f"{desc['task']} with {desc['positions']} positions")
         task_batches.check_digits("addition", "coupled", model.cfg.n_ctx, args.digits, str(args.checkpoint))
+        if args.dtype != "real" and model.cfg.dtype != args.dtype:
+            raise DataError(f"--dtype {args.dtype}: {args.checkpoint} holds {model.cfg.dtype} weights, and a float "
+                            f"statement is about the checkpoint's own forward pass; use --dtype {model.cfg.dtype} "
+                            "or --dtype real")
         start = task_batches.EVAL_STARTS["addition"]
         progress = sys.stderr.isatty() and not args.no_progress
         results = certify(model, args.digits, start, max_width=args.max_width, progress=progress, tail=args.tail,
-                          widen_to=args.widen_to)
-        examples = find_counterexamples(model, args.digits, start, results, args.counterexamples)
-        out = {"checkpoint": desc["name"], "start": start, "dtype": "real", **summarize(args.digits, results, examples)}
+                          widen_to=args.widen_to, dtype=args.dtype)
+        examples = find_counterexamples(model, args.digits, start, results, args.counterexamples, dtype=args.dtype)
+        out = {"checkpoint": desc["name"], "start": start, "dtype": args.dtype,
+               **summarize(args.digits, results, examples)}
         if args.samples:
             row = evaluate(model, "coupled", [args.digits], args.samples, task="addition")[0]
             out.update(sampled_accuracy=row["exact_match"], samples=args.samples)

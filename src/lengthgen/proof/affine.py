@@ -351,14 +351,17 @@ def add(x: Affine, y: Affine) -> Affine:
 
 
 def differences(x: Affine, ln: tuple[np.ndarray, np.ndarray] | None, eps: float, W_U: np.ndarray, b_U: np.ndarray,
-                target: np.ndarray) -> Iv:
+                target: np.ndarray, ln_extra: np.ndarray | None = None) -> Iv:
     """Enclosure of ``logit[target] − logit[o]`` [C, V] for ``logits = LN_final(x) @ W_U + b_U``:
-    LN by the mean-value form, then the exact map to the differences, then ``Σ|generators| + box``."""
+    LN by the mean-value form, then the exact map to the differences, then ``Σ|generators| + box``
+    (``ln_extra``: any further move of the LN output, coordinatewise, such as a float rounding)."""
     C, d = x.c.shape
     if ln is None:
         centre, J, rem = Iv.exact(x.c), np.broadcast_to(np.eye(d), (C, d, d)), np.zeros_like(x.c)
     else:
         centre, J, rem = mean_value_ln(x, ln, eps)
+    if ln_extra is not None:
+        rem = I.up_add(rem, ln_extra)
     U = Iv.exact(W_U[:, target].T[:, :, None]) - Iv.exact(W_U[None])  # [C, d, V]: column t − column o
     bU = Iv.exact(b_U[target][:, None]) - Iv.exact(b_U[None])
     Um, Ur = U.center_radius()

@@ -39,11 +39,12 @@ def realize(lay: Layout, lo: int, a_w: np.ndarray, b_w: np.ndarray, carry: int, 
 
 
 @torch.inference_mode()
-def wrong_positions(model: Transformer, pairs: list[tuple[str, str]], start: int, batch: int = 64
-                    ) -> list[dict[int, tuple[str, str]]]:
-    """Per pair: {answer position r: (expected token, predicted token)} where the float64 model,
-    teacher-forced, does not predict the true next token with the decision margin."""
-    m64 = copy.deepcopy(model).to(torch.float64).eval()
+def wrong_positions(model: Transformer, pairs: list[tuple[str, str]], start: int, batch: int = 64,
+                    dtype: torch.dtype = torch.float64) -> list[dict[int, tuple[str, str]]]:
+    """Per pair: {answer position r: (expected token, predicted token)} where the model in ``dtype``
+    (float64 by default, the closest to its real-number function), teacher-forced, does not
+    predict the true next token with the decision margin."""
+    m64 = copy.deepcopy(model).to(dtype).eval()
     out: list[dict[int, tuple[str, str]]] = []
     for i in range(0, len(pairs), batch):
         insts = [ADDITION.instance(a, b, start=start) for a, b in pairs[i:i + batch]]

@@ -268,11 +268,8 @@ class PositionCertifier:
         for start in range(0, len(a), CHUNK):
             sel = slice(start, start + CHUNK)
             tq = query_tok[sel]
-            resid = self.t.resid[:, qid][tq] + self.w.b_O
-            for k in heads:
-                out, lam = self._head(k, [(tok[sel], pid) for tok, pid in slots], tq)
-                resid = resid + out
-                share = max(share, float(lam.max(initial=0.0)))
+            resid, lam = self.after_attention(heads, [(tok[sel], pid) for tok, pid in slots], tq, qid)
+            share = max(share, float(lam.max(initial=0.0)))
             if self.tail == "affine":  # the affine tail alone (tests): every row through it
                 diff = Iv(np.full((len(tq), self.V), -np.inf), np.full((len(tq), self.V), np.inf))
             else:
@@ -295,6 +292,18 @@ class PositionCertifier:
                               [(a[i], b[i], int(carry[i])) for i in bad], share, smallest,
                               (a, b, carry, np.concatenate([k.lo for k in kept]), np.concatenate([k.hi for k in kept]))
                               if self.keep else None)
+
+    def after_attention(self, heads: list[dict], slots, tq: np.ndarray, qid: int) -> tuple[Iv, np.ndarray]:
+        """The plain enclosure of the residual after attention [C, d] (with a float format, of the
+        float one) at query ID ``qid`` with query tokens ``tq`` and the fixed keys ``slots``, and the
+        largest free-key share λ⁺ of any head [C]."""
+        resid = self.t.resid[:, qid][tq] + self.w.b_O
+        share = np.zeros(len(tq))
+        for k in heads:
+            out, lam = self._head(k, slots, tq)
+            resid = resid + out
+            share = np.maximum(share, lam)
+        return self.t.after_attention(resid), share
 
     def _tighten(self, diff: Iv, index: np.ndarray, heads: list[dict], slots, query_tok: np.ndarray,
                  target: np.ndarray, qid: int) -> None:
@@ -375,4 +384,4 @@ class PositionCertifier:
             rows = np.flatnonzero(target == t)
             diff = I.matmul(x[rows], WU[:, [int(t)]] - WU) + (bU[[int(t)]] - bU)
             lo[rows], hi[rows] = diff.lo, diff.hi
-        return Iv(lo, hi)
+        return self.w.round_logits(Iv(lo, hi), x.mag(), target)

@@ -20,6 +20,8 @@ the MLP, the final LN and the unembedding with :mod:`lengthgen.proof.affine`.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from . import affine as A
@@ -62,7 +64,23 @@ def attention_form(cert, heads: list[dict], slots, tq: np.ndarray, resid: Iv) ->
     G = np.concatenate(gens, axis=1) if gens else np.zeros((len(tq), 0, resid.shape[-1]))
     x = A.from_iv(centre, G, box, tuple(blocks))
     x.hull = I.up(np.maximum(I.up(plain.hi - x.c), I.up(x.c - plain.lo)))  # the plain pass's box
-    return x
+    return x if w.fmt is None else widened(x, cert.t.attention_rounding(plain))
+
+
+def widened(x: A.Affine, radius: np.ndarray | None) -> A.Affine:
+    """The form ``x`` plus any vector of magnitude ≤ ``radius`` (a float rounding of every point of
+    it, trained_float): added to the box and to the hull."""
+    if radius is None:
+        return x
+    return replace(x, b=I.up_add(x.b, radius), hull=None if x.hull is None else I.up_add(x.hull, radius))
+
+
+def _ln2(w: OneLayer, x: A.Affine) -> A.Affine:
+    """The form of LN2(x); with a float format, plus the kernel's rounding (F4)."""
+    y = A.apply_ln(x, w.ln2, LN_EPS)
+    if w.fmt is None or w.ln2 is None:
+        return y
+    return widened(y, w.fmt.layer_norm(x.box(), *w.ln2, LN_EPS))
 
 
 def free_values(value: Iv, free: list[tuple[np.ndarray, int]], W_O: np.ndarray) -> dict:
@@ -96,12 +114,15 @@ def free_values(value: Iv, free: list[tuple[np.ndarray, int]], W_O: np.ndarray) 
 def tail_forms(w: OneLayer, x: A.Affine, y: A.Affine | None = None) -> list[tuple[str, A.Affine]]:
     """The forms after LN2 (``y`` when already known), the MLP's hidden units and the MLP (residual
     added), by name."""
-    y = A.apply_ln(x, w.ln2, LN_EPS) if y is None else y
+    y = _ln2(w, x) if y is None else y
     if w.W_in is None:
         return [("ln2", y), ("mlp", x)]
-    pre = A.linear(y, w.W_in, w.b_in)
-    hidden = A.activation(pre, w.act)
-    return [("ln2", y), ("hidden", hidden), ("mlp", A.add(x, A.linear_out(hidden, w.W_out, w.b_out)))]
+    f = w.fmt
+    pre = widened(A.linear(y, w.W_in, w.b_in), f and f.dot(y.box().mag(), w.W_in, w.b_in))
+    hidden = widened(A.activation(pre, w.act), f and f.activation(pre.box(), w.act))
+    out = widened(A.linear_out(hidden, w.W_out, w.b_out), f and f.dot(hidden.box().mag(), w.W_out, w.b_out))
+    post = A.add(x, out)
+    return [("ln2", y), ("hidden", hidden), ("mlp", widened(post, f and f.rounded(post.box().mag())))]
 
 
 def affine_differences(cert, heads: list[dict], slots, tq: np.ndarray, resid: Iv, target: np.ndarray) -> Iv:
@@ -113,12 +134,23 @@ def affine_differences(cert, heads: list[dict], slots, tq: np.ndarray, resid: Iv
     if not len(keep):
         return out
     x = attention_form(cert, heads, [(tok[keep], pid) for tok, pid in slots], tq[keep], resid[keep])
-    y = A.apply_ln(x, w.ln2, LN_EPS)
+    y = _ln2(w, x)
     near = np.mean(y.radius(), axis=1) <= GIVE_UP
     keep = keep[near]
     if len(keep):
         x, y = x.rows(near), y.rows(near)
-        post = tail_forms(w, x, y)[-1][1]
-        d = A.differences(post, w.ln_final, LN_EPS, w.W_U, w.b_U, target[keep])
+        d = differences(w, tail_forms(w, x, y)[-1][1], target[keep])
         out.lo[keep], out.hi[keep] = d.lo, d.hi
     return out
+
+
+def differences(w: OneLayer, post: A.Affine, target: np.ndarray) -> Iv:
+    """logit[target] − logit[o] [C, V] for the residual ``post`` after the MLP: the final LN and the
+    unembedding (:func:`lengthgen.proof.affine.differences`); with a float format, the final LN's
+    rounding (F4) on its output, then both float logits' (F1)."""
+    if w.fmt is None:
+        return A.differences(post, w.ln_final, LN_EPS, w.W_U, w.b_U, target)
+    box = post.box()
+    ln_err = None if w.ln_final is None else w.fmt.layer_norm(box, *w.ln_final, LN_EPS)
+    d = A.differences(post, w.ln_final, LN_EPS, w.W_U, w.b_U, target, ln_err)
+    return w.round_logits(d, w.norm("ln_final", box).mag(), target)

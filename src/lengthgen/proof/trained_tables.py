@@ -19,6 +19,7 @@ from ..model import Transformer
 from . import interval as I
 from .interval import Iv
 from .layers import affine_exact, gelu, layer_norm, recip, rsqrt
+from .trained_float import FloatFormat, widen
 from .weights import StructureError, require_finite, to_float64
 
 LN_EPS = 1e-5  # lengthgen.model.LayerNorm
@@ -50,9 +51,12 @@ class OneLayer:
     W_U: np.ndarray
     b_U: np.ndarray
     scale: Iv  # the exact multiplier of q·k: 1/sqrt(d_head) or 1/attn_scale
+    # the float format of the forward pass the statement is about (lengthgen.proof.trained_float);
+    # None: the exact real-number function of the weights
+    fmt: FloatFormat | None = None
 
     @classmethod
-    def from_model(cls, model: Transformer) -> "OneLayer":
+    def from_model(cls, model: Transformer, fmt: FloatFormat | None = None) -> "OneLayer":
         cfg = model.cfg
         if cfg.n_layers != 1:
             raise StructureError(f"the trained-model certificate covers 1-layer models; this one has {cfg.n_layers}")
@@ -73,7 +77,7 @@ class OneLayer:
             f(model.embed.W_E), f(model.pos_embed.W_pos), f(a.W_Q), f(a.b_Q), f(a.W_K), f(a.b_K),
             f(a.W_V), f(a.b_V), f(a.W_O), f(a.b_O), norm(blk.ln1), norm(blk.ln2), norm(model.ln_final),
             *(f(p) for p in (mlp.W_in, mlp.b_in, mlp.W_out, mlp.b_out)) if mlp is not None else (None,) * 4,
-            cfg.act_fn, f(model.unembed.W_U), f(model.unembed.b_U), scale))
+            cfg.act_fn, f(model.unembed.W_U), f(model.unembed.b_U), scale, fmt))
 
     @property
     def n_heads(self) -> int:
@@ -84,21 +88,47 @@ class OneLayer:
         return self.W_E.shape[1]
 
     def norm(self, which: str, x: Iv) -> Iv:
-        """LayerNorm ``which`` (ln1, ln2, ln_final) of ``x``, or ``x`` itself without normalization."""
+        """LayerNorm ``which`` (ln1, ln2, ln_final) of ``x``, or ``x`` itself without normalization;
+        with a float format, widened by the kernel's rounding (F4)."""
         params = getattr(self, which)
-        return x if params is None else layer_norm(x, params[0], params[1], LN_EPS)
+        if params is None:
+            return x
+        out = layer_norm(x, params[0], params[1], LN_EPS)
+        return out if self.fmt is None else widen(out, self.fmt.layer_norm(x, params[0], params[1], LN_EPS))
+
+    def linear(self, x: Iv, W: np.ndarray, b: np.ndarray | None, product=affine_exact) -> Iv:
+        """``x @ W + b`` for exact W (enclosed by ``product``); with a float format, widened by its
+        rounding (F1)."""
+        out = product(x, W, b)
+        return out if self.fmt is None else widen(out, self.fmt.dot(x.mag(), W, b))
+
+    def summed(self, x: Iv) -> Iv:
+        """A residual sum ``x`` (already enclosed exactly), widened by its one rounding (F1)."""
+        return x if self.fmt is None else widen(x, self.fmt.rounded(x.mag()))
+
+    def activation(self, pre: Iv) -> Iv:
+        post = gelu(pre) if self.act == "gelu" else pre.relu()
+        return post if self.fmt is None else widen(post, self.fmt.activation(pre, self.act))
 
     def mlp(self, x: Iv) -> Iv:
         """MLP output (without the residual) of normalized inputs ``x`` [rows, d]."""
         if self.W_in is None:
             return Iv.exact(np.zeros(x.shape))
-        pre = affine_exact(x, self.W_in, self.b_in)
-        post = gelu(pre) if self.act == "gelu" else pre.relu()
-        return affine_exact(post, self.W_out, self.b_out)
+        return self.linear(self.activation(self.linear(x, self.W_in, self.b_in)), self.W_out, self.b_out)
+
+    def round_logits(self, diff: Iv, x_mag: np.ndarray, target: np.ndarray) -> Iv:
+        """``diff`` (logit[target] − logit[o] [rows, V], exact in the float inputs ``|x| ≤ x_mag`` of
+        the unembedding) widened by the rounding of both float logits (F1); the decision compares
+        the two float logits exactly (:func:`lengthgen.decode.decided_argmax`)."""
+        if self.fmt is None:
+            return diff
+        err = self.fmt.dot(x_mag, self.W_U, self.b_U)
+        both = I.up_add(err[np.arange(len(target)), target][:, None], err)
+        return widen(diff, both)
 
     def tail(self, resid_mid: Iv) -> Iv:
         """Enclosure of the final normalized residual for residuals after attention ``[rows, d]``."""
-        post = resid_mid + self.mlp(self.norm("ln2", resid_mid))
+        post = self.summed(resid_mid + self.mlp(self.norm("ln2", resid_mid)))
         return self.norm("ln_final", post)
 
 
@@ -113,21 +143,52 @@ class Tables:
     key: list[Iv]
     value: list[Iv]
     out: list[Iv]
+    fmt: FloatFormat | None = None
+    n_keys: int = 1  # with a float format: at most this many keys per query (the softmax's sums)
+    attn_error: np.ndarray | None = None  # with a float format: the float part of the attention output [d]
 
     @classmethod
-    def build(cls, w: OneLayer) -> "Tables":
+    def build(cls, w: OneLayer, n_keys: int = 1) -> "Tables":
+        """The tables of ``w``; with its float format, of the float values (each step widened by its
+        rounding), for queries that see at most ``n_keys`` keys."""
         V, P, d = w.W_E.shape[0], w.W_pos.shape[0], w.d_model
-        resid = Iv.exact(w.W_E[:, None, :]) + Iv.exact(w.W_pos[None, :, :])
+        resid = w.summed(Iv.exact(w.W_E[:, None, :]) + Iv.exact(w.W_pos[None, :, :]))
         flat = w.norm("ln1", Iv(resid.lo.reshape(-1, d), resid.hi.reshape(-1, d)))
         shape = lambda x: Iv(x.lo.reshape(V, P, -1), x.hi.reshape(V, P, -1))  # noqa: E731
         query, key, value, out = [], [], [], []
         for h in range(w.n_heads):
-            query.append(shape(I.affine(flat, w.W_Q[h], w.b_Q[h]) * w.scale))
-            key.append(shape(I.affine(flat, w.W_K[h], w.b_K[h])))
-            v = I.affine(flat, w.W_V[h], w.b_V[h])
+            query.append(shape(w.linear(flat, w.W_Q[h], w.b_Q[h], I.affine) * w.scale))
+            key.append(shape(w.linear(flat, w.W_K[h], w.b_K[h], I.affine)))
+            v = w.linear(flat, w.W_V[h], w.b_V[h], I.affine)
             value.append(shape(v))
             out.append(shape(I.matmul(v, w.W_O[h])))
-        return cls(resid, query, key, value, out)
+        tables = cls(resid, query, key, value, out, w.fmt, n_keys)
+        if w.fmt is not None:
+            tables.attn_error = tables._attention_error(w)
+        return tables
+
+    def _attention_error(self, w: OneLayer) -> np.ndarray:
+        """The float part of ``Σ_h z_h·W_O[h] + b_O`` [d]: each head's ``z`` within
+        :meth:`FloatFormat.head_error` of the exact softmax mean that the certificate encloses
+        (mapped through |W_O[h]|), and the rounding of the sum over heads and coordinates of z."""
+        fmt, n = self.fmt, self.n_keys
+        v_max = [v.mag().reshape(-1, v.shape[-1]).max(axis=0) for v in self.value]
+        errs = [fmt.head_error(m, n) for m in v_max]
+        moved = I.up_add(*[I.up_matmul_nonneg(e[None], np.abs(w.W_O[h]))[0] for h, e in enumerate(errs)])
+        z_max = np.concatenate([I.up_add(m, e) for m, e in zip(v_max, errs)])[None]
+        summed = fmt.dot(z_max, w.W_O.reshape(-1, w.d_model), w.b_O)[0]
+        return I.up_add(moved, summed)
+
+    def attention_rounding(self, resid_mid: Iv) -> np.ndarray:
+        """With a float format: how far the float residual after attention can lie from ``resid_mid``
+        (its exact enclosure in the float inputs): the attention's float part and the residual
+        sum's rounding [rows, d]."""
+        moved = widen(resid_mid, self.attn_error)
+        return I.up_add(self.attn_error, self.fmt.rounded(moved.mag()))
+
+    def after_attention(self, resid_mid: Iv) -> Iv:
+        """``resid_mid`` widened by :meth:`attention_rounding` (itself without a float format)."""
+        return resid_mid if self.fmt is None else widen(resid_mid, self.attention_rounding(resid_mid))
 
     def scores(self, h: int, query_id: int) -> Iv:
         """Scores [query token, key token, key ID] of head h for queries at ``query_id``."""
@@ -136,4 +197,7 @@ class Tables:
         V, P, e = k.shape
         kt = Iv(k.lo.reshape(V * P, e).T, k.hi.reshape(V * P, e).T)
         s = I.matmul(q, kt)
+        if self.fmt is not None:  # (F1) the score's rounding, (F3) the softmax kernel's shift
+            s = widen(s, self.fmt.score(q.mag(), kt.mag()))
+            s = widen(s, self.fmt.score_shift(s.mag().max(axis=1), self.n_keys)[:, None])
         return Iv(s.lo.reshape(-1, V, P), s.hi.reshape(-1, V, P))
