@@ -121,3 +121,88 @@ def test_torch_gelu_kernel_is_within_the_assumed_rounding():
     assert np.all(err <= bound), float(np.max(err / bound))
     print(f"GELU error up to {np.max(err / bound):.3g} of the bound ({GELU_ULPS:g} u|x|)")
     assert np.all(F32.activation(Iv.exact(grid.astype(np.float64)), "relu") == 0)
+
+
+def test_zero_inputs_keep_the_underflow_terms():
+    """Products that underflow still round: at x = 0 each radius is its underflow term alone."""
+    z = np.zeros((1, 3))
+    assert 3 * 2.0**-150 <= F32.dot(z, np.ones((3, 2)))[0, 0] <= 3 * 2.0**-150 * (1 + 1e-12)
+    assert 4 * 2.0**-150 <= F32.score(np.zeros((1, 4)), np.ones((4, 1)))[0, 0] <= 4 * 2.0**-150 * (1 + 1e-12)
+    assert 7 * 2.0**-150 <= F32.head_error(np.zeros(1), 7)[0] <= 7 * 2.0**-150 * (1 + 1e-12)
+    assert 2.0**-140 <= F32.activation(Iv.exact(np.zeros(1)), "gelu")[0] <= 2.0**-140 * (1 + 1e-12)
+    ln = F32.layer_norm(Iv.exact(np.zeros((1, 4))), np.ones(4), np.zeros(4), 1e-5)
+    assert np.all((4 * 2.0**-150 <= ln) & (ln <= 4 * 2.0**-150 * (1 + 1e-12)))
+
+
+def test_gelu_bound_is_the_documented_one():
+    x = np.array([-3.0, 0.5, 7.0])
+    got = F32.activation(Iv.exact(x), "gelu")
+    for g, v in zip(got, x):
+        want = 20 * U * abs(Fraction(v)) + Fraction(1, 2**140)
+        assert want <= Fraction(g) <= want * (1 + Fraction(1, 10**12))
+
+
+def test_the_softmax_bound_gives_up_where_gamma_reaches_1():
+    """γ_n ≥ 1 (n·u ≥ 1/2) bounds nothing: θ is infinite, never negative, and never a division by 0."""
+    assert F32.softmax_theta(2**23) == math.inf          # γ = 1 exactly
+    assert F32.softmax_theta(int(0.6 * 2**24)) == math.inf  # γ = 1.5
+    assert 0 < F32.softmax_theta(2**22) < math.inf      # γ = 1/3
+
+
+def _ln_by_hand(x, w, b, eps):
+    """(F4)'s radius for one exact row, in 60-digit arithmetic (the formula of the docstring)."""
+    import mpmath
+
+    mpmath.mp.dps = 60
+    d = len(x)
+    u = mpmath.mpf(2) ** -24
+    gam = lambda n: n * u / (1 - n * u)  # noqa: E731
+    X = [mpmath.mpf(float(v)) for v in x]
+    mu = sum(X) / d
+    e_mu = gam(d) * sum(abs(v) for v in X) / d
+    m2 = sum(v * v for v in X) / d
+    V = sum((v - mu) ** 2 for v in X) / d + mpmath.mpf(eps)
+    T = (gam(4 * d) * m2 + 2 * e_mu**2) / V
+    theta = (1 + 2 * u) / mpmath.sqrt((1 - T) * (1 - u)) - 1
+    r = 1 / mpmath.sqrt(V)
+    grow = (1 + u) ** 3 * (1 + theta)
+    out = []
+    for v, wi, bi in zip(X, w, b):
+        A = abs(v - mu)
+        move = abs(wi) * r * (A * (grow - 1) + e_mu * grow)
+        q = abs(wi) * r * (A + e_mu) * grow
+        out.append(move + u * (q + abs(bi)) + 4 * mpmath.mpf(2) ** -150)
+    return out
+
+
+@pytest.mark.parametrize("scale", [0.3, 10.0])
+def test_the_layernorm_bound_by_hand(scale):
+    """(F4) on rows of 4 and 6 numbers (one with a mean far from 0, a variance far from 1, eps =
+    0.01 so that it counts): the code's radius is the formula's to 5·10^-6 (its γ inflated by
+    1 + 2^-20), never below; a 3-axis input keeps its shape."""
+    rng = np.random.default_rng(int(scale * 10))
+    rows = [scale * rng.normal(size=4), scale * (3.0 + rng.normal(size=6))]
+    for x in rows:
+        w, b = rng.normal(size=len(x)), rng.normal(size=len(x))
+        got = F32.layer_norm(Iv.exact(x[None]), w, b, 0.01)[0]
+        want = _ln_by_hand(x, w, b, 0.01)
+        for g, e in zip(got, want):
+            assert float(e) * (1 - 1e-12) <= g <= float(e) * (1 + 5e-6), (g, float(e))
+    cube = Iv.exact(rng.normal(size=(2, 3, 5)))
+    assert F32.layer_norm(cube, np.ones(5), np.zeros(5), 1e-5).shape == (2, 3, 5)
+
+
+def test_a_variance_error_near_the_variance_itself_bounds_nothing():
+    """T ≥ 1/2 (the variance's error near the variance itself: a large mean over a spread of 10^-3)
+    gives an infinite radius, never a NaN."""
+    x = 1000.0 + 1e-3 * np.arange(8.0)
+    got = F32.layer_norm(Iv.exact(x[None]), np.ones(8), np.zeros(8), 1e-12)
+    assert np.all(got == np.inf)
+
+
+def test_a_score_counts_the_terms_of_the_last_axis():
+    """``q`` of any leading shape: the dot product has e = q.shape[-1] terms (here 3, not 2)."""
+    got = F32.score(np.ones((1, 2, 3)), np.ones((3, 1)))
+    want = gamma_exact(5) * 3 + 3 * Fraction(1, 2**150)
+    assert got.shape == (1, 2, 1)
+    assert all(want <= Fraction(g) <= want * (1 + Fraction(1, 10**5)) for g in got.ravel())

@@ -135,7 +135,8 @@ class FloatFormat:
                              np.inf)
         theta = I.up(theta * FLOAT_TERM_INFLATION)
         r = I.up(1.0 / I.down(np.sqrt(var_lo)))
-        grow = I.up(I.up((1 + u) ** 3 * FLOAT_TERM_INFLATION) * I.up(1 + theta))[:, None]  # ≥ (1+u)^3 (1+Θ), per row
+        cube = I.up(I.up((1 + u) * (1 + u)) * (1 + u))  # ≥ (1 + u)^3: (1 + u)^2 is exact, one rounding up
+        grow = I.up(cube * I.up(1 + theta))[:, None]  # ≥ (1+u)^3 (1+Θ), per row
         wr = I.up_mul(np.abs(w)[None], r[:, None])
         move = I.up_mul(wr, I.up_add(I.up_mul(A, I.up(grow - 1)), I.up_mul(e_mu[:, None], grow)))
         q = I.up_mul(wr, I.up_mul(I.up_add(A, e_mu[:, None]), grow))
