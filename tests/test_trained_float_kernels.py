@@ -198,6 +198,11 @@ def test_a_variance_error_near_the_variance_itself_bounds_nothing():
     x = 1000.0 + 1e-3 * np.arange(8.0)
     got = F32.layer_norm(Iv.exact(x[None]), np.ones(8), np.zeros(8), 1e-12)
     assert np.all(got == np.inf)
+    # T about 1.2, where 1 - T < 0 (a square root of a negative number would be a NaN)
+    s = float(np.sqrt(16 * 2.0**-24 / 1.2))
+    x = 1.0 + s * np.array([-1.0, 1.0, -1.0, 1.0])
+    got = F32.layer_norm(Iv.exact(x[None]), np.ones(4), np.zeros(4), 1e-30)
+    assert np.all(got == np.inf)
 
 
 def test_a_score_counts_the_terms_of_the_last_axis():
