@@ -257,17 +257,23 @@ def test_cli_refuses_two_layers_and_corrupt_files(tmp_path, capsys):
     assert_one_line_error(cli.main, ["--checkpoint", str(bad), "--digits", "2"], cli.PROG, "not a readable", capsys)
 
 
+def construction_with_a_thin_lead(n: int, lead: float) -> Transformer:
+    """The construction with b_U of 7 raised so that the smallest lead any target keeps over 7
+    (measured by float64 forward passes on every pair) becomes ``lead``."""
+    model, _ = build_model(n_digits=n)
+    _, diffs = forward(model, all_pairs(n), n)
+    gap = diffs[..., 7]
+    with torch.no_grad():
+        model.unembed.b_U[7] += float(gap[gap > 0].min()) - lead
+    return model
+
+
 def test_near_ties_within_the_decision_margin_are_not_proven():
     """b_U of 7 raised to 0.0005 below the smallest margin any target keeps over 7 (from forward
     passes): those predictions still win, but by less than the decision margin, so they count wrong."""
     n = 1
-    model, _ = build_model(n_digits=n)
     pairs = all_pairs(n)
-    _, diffs = forward(model, pairs, n)
-    gap = diffs[..., 7]
-    smallest = float(gap[gap > 0].min())
-    with torch.no_grad():
-        model.unembed.b_U[7] += smallest - 0.0005
+    model = construction_with_a_thin_lead(n, 0.0005)
     out = assert_sound(model, n, pairs, exhaustive=True)
     assert out["accuracy"] < 1 and out["verdict"] != "PROVEN_EXACT"
 

@@ -17,7 +17,7 @@ import torch
 from constructions.addition.model import build_model
 from lengthgen import certify as cli
 from lengthgen.runs import load_checkpoint
-from tests.test_certify_trained import START, all_pairs, assert_sound, forward
+from tests.test_certify_trained import START, all_pairs, assert_sound, construction_with_a_thin_lead, forward
 
 
 def test_the_construction_is_proven_exact_in_float32_and_every_float32_pass_is_enclosed():
@@ -55,13 +55,8 @@ def test_a_real_margin_thinner_than_the_float32_rounding_is_not_proven_in_float3
     arithmetic (PROVEN_EXACT), but the float32 logits alone may move by more than 10^-6, so the
     float32 statement must leave those configurations unproven."""
     n = 1
-    model, _ = build_model(n_digits=n)
     pairs = all_pairs(n)
-    _, diffs = forward(model, pairs, n)
-    gap = diffs[..., 7]
-    smallest = float(gap[gap > 0].min())
-    with torch.no_grad():
-        model.unembed.b_U[7] += smallest - cli.DECISION_MARGIN - 1e-6
+    model = construction_with_a_thin_lead(n, cli.DECISION_MARGIN + 1e-6)
     real = cli.summarize(n, cli.certify(model, n, START), [])
     assert real["verdict"] == "PROVEN_EXACT"
     out = assert_sound(model, n, pairs, exhaustive=True, dtype="float32")
