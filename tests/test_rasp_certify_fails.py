@@ -258,8 +258,9 @@ def test_a_numerical_mean_whose_value_set_the_compiler_left_unknown_is_refused()
 
 @pytest.mark.parametrize("form", ["or", "not"])
 def test_an_or_or_not_across_different_s_ops_fails_margin_as_documented(form):
-    """The documented limit (docs/turing-programs.md, "Not covered yet"): an Or or a Not whose
-    Selects compare different s-ops compiles to a head over tuple s-ops, which the certificate
+    """The documented limit (docs/turing-programs.md, "Certifying a compiled program", the
+    paragraph "Not covered yet"): an Or or a Not whose Selects compare different s-ops compiles
+    to a head over tuple s-ops, which the certificate
     enumerates as if independent of their sources; it FAILs ``margin``, never PASSes on that
     reasoning and never stops with an exception. The sources of *every* leaf of the tree are
     enumerated (a tree whose first or second operand's sources were dropped stopped with a
