@@ -22,7 +22,9 @@ mean value lies in the box of all its possible values: ``out = o_fixed + λ·(o_
 exactly, enclosed with λ ∈ [0, λ⁺]. The residual enclosure then goes through LN2, the MLP, the
 final LN and the unembedding, first in plain interval arithmetic, then, for what that leaves
 unproven, as an affine form (:mod:`lengthgen.proof.trained_affine`); the configuration is proven
-when the target's logit beats every other by more than the margin in the enclosure.
+when the target's logit beats every other by more than the margin in the enclosure. With a float
+format on the weights (:mod:`lengthgen.proof.trained_float`) the same argument encloses the model's
+float forward pass instead: every step is widened by its rounding.
 """
 from __future__ import annotations
 

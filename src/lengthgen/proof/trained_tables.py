@@ -3,7 +3,9 @@
 With one layer, the residual at a position before attention is ``W_E[t] + W_pos[p]``: it depends only
 on the pair (token t, position ID p). So LN1 of it, and the query, key and value vectors, form finite
 tables over (token, ID) that are enclosed once, in interval arithmetic (docs/certificate.md,
-"Trained models"). Every later step of the certificate gathers rows of these tables.
+"Trained models"). Every later step of the certificate gathers rows of these tables. With a float
+format (:class:`~lengthgen.proof.trained_float.FloatFormat`, the float32 statement) every step is
+widened by its rounding, so that the tables, and :meth:`OneLayer.tail`, enclose the float values.
 
 Covered: :class:`lengthgen.Transformer` with one causal layer, learned positions, no Hard-ALiBi
 windows, any number of heads, LayerNorm or no normalization, a GELU or ReLU MLP or none, scaled or
