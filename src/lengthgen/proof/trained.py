@@ -274,8 +274,10 @@ class PositionCertifier:
             share = max(share, float(lam.max(initial=0.0)))
             if self.tail == "affine":  # the affine tail alone (tests): every row through it
                 diff = Iv(np.full((len(tq), self.V), -np.inf), np.full((len(tq), self.V), np.inf))
-            else:
-                diff = self._differences(self.w.tail(resid), target[sel])
+            else:  # a float radius given up (+inf, trained_float) makes inf − inf: NaN, read as no bound
+                with np.errstate(invalid="ignore", over="ignore"):
+                    diff = self._differences(self.w.tail(resid), target[sel])
+                diff = Iv(I.lower_bound(diff.lo), I.upper_bound(diff.hi))
             if self.tail != "interval":
                 self._tighten(diff, np.arange(len(a))[sel], heads, slots, query_tok, target, qid)
             low = diff.lo.copy()
