@@ -3,11 +3,13 @@
     nice -n 10 python bench/bench_certify_trained.py                 # committed checkpoints, N = 5, 10, 15
     nice -n 10 python bench/bench_certify_trained.py --digits 2 3 --exhaustive
     nice -n 10 python bench/bench_certify_trained.py --checkpoints addition_coupled_1l2h_packed_200 --digits 3 --widen-to 3 --exhaustive
+    nice -n 10 python bench/bench_certify_trained.py --digits 1 2 --exhaustive --dtype float32   # the float32 statement
 
 Per checkpoint and length: the proven lower bound, lengthgen.evaluate's sampled exact match (1000
 samples), configurations proven / not proven, seconds. With ``--exhaustive`` (N ≤ 3: 810 000 pairs
 at N = 3) also the exact match over every operand pair by float64 forward passes, and a check that
-the bound does not exceed it.
+the bound does not exceed it (with ``--dtype float32``, float32 forward passes: the statement's
+subject).
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import time
 import numpy as np
 import torch
 
-from lengthgen.certify import certify, find_counterexamples, summarize
+from lengthgen.certify import DTYPES, certify, find_counterexamples, summarize
 from lengthgen.evaluate import evaluate
 from lengthgen.proof.counterexamples import wrong_positions
 from lengthgen.runs import load_checkpoint
@@ -28,12 +30,12 @@ CHECKPOINTS = ["addition_coupled_1l2h_packed", "addition_coupled_1l2h_packed_sca
                "addition_coupled_1l2h_unscaled", "addition_coupled_1l2h"]
 
 
-def exhaustive_accuracy(model: torch.nn.Module, n: int, start: int) -> float:
+def exhaustive_accuracy(model: torch.nn.Module, n: int, start: int, dtype: torch.dtype = torch.float64) -> float:
     lo = 10 ** (n - 1) if n > 1 else 0
     pairs = [(str(a), str(b)) for a, b in itertools.product(range(lo, 10**n), repeat=2)]
     right = 0
     for i in range(0, len(pairs), 4096):
-        right += sum(not wrong for wrong in wrong_positions(model, pairs[i:i + 4096], start, batch=4096))
+        right += sum(not wrong for wrong in wrong_positions(model, pairs[i:i + 4096], start, batch=4096, dtype=dtype))
     return right / len(pairs)
 
 
@@ -46,6 +48,7 @@ def main() -> None:
     p.add_argument("--widen-to", type=int, default=None, help="as lengthgen.certify --widen-to")
     p.add_argument("--tail", default="both", choices=["interval", "both", "affine"],
                    help="both: the affine tail on what plain intervals leave unproven (the default of lengthgen.certify)")
+    p.add_argument("--dtype", default="real", choices=DTYPES, help="as lengthgen.certify --dtype")
     args = p.parse_args()
     torch.set_num_threads(1)
     start = EVAL_STARTS["addition"]
@@ -55,15 +58,16 @@ def main() -> None:
         for n in args.digits:
             model, _, _ = load_checkpoint(name if name == "construction" else f"checkpoints/{name}", n)
             t0 = time.perf_counter()
-            results = certify(model, n, start, tail=args.tail, widen_to=args.widen_to)
-            out = summarize(n, results, find_counterexamples(model, n, start, results, 5))
+            results = certify(model, n, start, tail=args.tail, widen_to=args.widen_to, dtype=args.dtype)
+            out = summarize(n, results, find_counterexamples(model, n, start, results, 5, dtype=args.dtype))
             seconds = time.perf_counter() - t0
             sampled = evaluate(model, "coupled", [n], args.samples)[0]["exact_match"]
             share = max(r.max_free_share for r in results)
             row = (f"| {name} | {n} | {out['accuracy_lower_bound']:.4f} ({out['verdict']}) | {sampled:.3f} | "
                    f"{out['configurations_proven']} / {out['configurations_failed']} | {share:.3g} | {seconds:.0f} |")
             if args.exhaustive:
-                exact = exhaustive_accuracy(model, n, start)
+                exact = exhaustive_accuracy(model, n, start,
+                                            torch.float64 if args.dtype == "real" else getattr(torch, args.dtype))
                 assert out["accuracy_lower_bound"] <= exact, (name, n, out["accuracy_lower_bound"], exact)
                 row += f" {exact:.4f} |"
             print(row, flush=True)
