@@ -280,7 +280,9 @@ PARTS = {
                            "tests/test_trained_float_stages.py", "tests/test_certify_trained_float.py"),
                           isolation="fork"),
     "tail": Part(("src/lengthgen/proof/affine.py", "src/lengthgen/proof/layers.py"),
-                 ("tests/test_affine_tail_bounds.py", "tests/test_proof_layers_edges.py", *TRAINED_TESTS), isolation="fork"),
+                 ("tests/test_affine_tail_bounds.py", "tests/test_proof_layers_edges.py",
+                  "tests/test_trained_float_wiring.py",  # the float32 statement's LayerNorm term (under 1 s)
+                  *TRAINED_TESTS), isolation="fork"),
     # the RASP -> weights compiler (rasp/weights/, about 2500 mutants) in three parts by file, each
     # under an hour on two shared cores: heads, residual layout and assembly (1094); MLPs, affine
     # maps and value sets (670); the analysis (779)
