@@ -17,10 +17,9 @@ import argparse
 import itertools
 import time
 
-import numpy as np
 import torch
 
-from lengthgen.certify import DTYPES, certify, find_counterexamples, summarize
+from lengthgen.certify import DTYPES, certify, find_counterexamples, forward_dtype, summarize
 from lengthgen.evaluate import evaluate
 from lengthgen.proof.counterexamples import wrong_positions
 from lengthgen.runs import load_checkpoint
@@ -66,8 +65,7 @@ def main() -> None:
             row = (f"| {name} | {n} | {out['accuracy_lower_bound']:.4f} ({out['verdict']}) | {sampled:.3f} | "
                    f"{out['configurations_proven']} / {out['configurations_failed']} | {share:.3g} | {seconds:.0f} |")
             if args.exhaustive:
-                exact = exhaustive_accuracy(model, n, start,
-                                            torch.float64 if args.dtype == "real" else getattr(torch, args.dtype))
+                exact = exhaustive_accuracy(model, n, start, forward_dtype(args.dtype))
                 assert out["accuracy_lower_bound"] <= exact, (name, n, out["accuracy_lower_bound"], exact)
                 row += f" {exact:.4f} |"
             print(row, flush=True)

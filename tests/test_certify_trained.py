@@ -80,7 +80,7 @@ def assert_sound(model: Transformer, n: int, pairs: list[tuple[int, int]], exhau
     configuration's enclosure; with all pairs, the bound is at most the exact match."""
     results = cli.certify(model, n, START, keep_enclosures=True, dtype=dtype, **kw)
     out = cli.summarize(n, results, [])
-    wrong, diffs = forward(model, pairs, n, torch.float64 if dtype == "real" else getattr(torch, dtype))
+    wrong, diffs = forward(model, pairs, n, cli.forward_dtype(dtype))
     for res in results:
         failed = {(tuple(a), tuple(b), c) for a, b, c in res.failed}
         ca, cb, carry, lo, hi = res.enclosures

@@ -107,7 +107,7 @@ def point_tables(w: OneLayer, act: dict, tokens: np.ndarray, pos: np.ndarray, ro
     out = [Iv(o.lo.reshape(V, P, d), o.hi.reshape(V, P, d)) for o in out]
     tables = Tables(resid, q, k, v, out, w.fmt, n_keys)
     if w.fmt is not None:
-        tables.attn_error = tables._attention_error(w)
+        tables.attn_error = tables.attention_error(w)
     return tables
 
 

@@ -60,7 +60,7 @@ def shared(real: OneLayer, fmt) -> Tables:
     t = Tables.build(real, N_KEYS)
     out = Tables(t.resid, t.query, t.key, t.value, t.out, fmt, N_KEYS)
     if fmt is not None:
-        out.attn_error = out._attention_error(real)  # the same weights
+        out.attn_error = out.attention_error(real)  # the same weights
     return out
 
 

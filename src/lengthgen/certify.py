@@ -47,6 +47,12 @@ TRIES = 3  # operand pairs tried per unproven configuration
 DTYPES = ("real", "float32", "float64")
 
 
+def forward_dtype(dtype: str) -> torch.dtype:
+    """The format of the forward passes that check a statement about ``dtype`` ("real", "float32",
+    "float64"): float64, the closest to the real-number function, for "real"; else its own."""
+    return torch.float64 if dtype == "real" else getattr(torch, dtype)
+
+
 def float_below(x: Fraction) -> float:
     """The largest float ≤ x (the printed bound never exceeds the proven one)."""
     f = float(x)
@@ -102,8 +108,7 @@ def find_counterexamples(model: torch.nn.Module, n: int, start: int, results: li
         tried = [(cfg, realize(lay, res.window[0], *cfg, rng)) for cfg in res.failed[:budget] for _ in range(TRIES)]
         if not tried:
             continue
-        verdicts = wrong_positions(model, [pair for _, pair in tried], start,
-                                   dtype=torch.float64 if dtype == "real" else getattr(torch, dtype))
+        verdicts = wrong_positions(model, [pair for _, pair in tried], start, dtype=forward_dtype(dtype))
         seen = set()
         for (cfg, (a, b)), wrong in zip(tried, verdicts):
             key = (tuple(cfg[0]), tuple(cfg[1]), cfg[2])

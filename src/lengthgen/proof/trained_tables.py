@@ -166,10 +166,10 @@ class Tables:
             out.append(shape(I.matmul(v, w.W_O[h])))
         tables = cls(resid, query, key, value, out, w.fmt, n_keys)
         if w.fmt is not None:
-            tables.attn_error = tables._attention_error(w)
+            tables.attn_error = tables.attention_error(w)
         return tables
 
-    def _attention_error(self, w: OneLayer) -> np.ndarray:
+    def attention_error(self, w: OneLayer) -> np.ndarray:
         """The float part of ``Σ_h z_h·W_O[h] + b_O`` [d]: each head's ``z`` within
         :meth:`FloatFormat.head_error` of the exact softmax mean that the certificate encloses
         (mapped through |W_O[h]|), and the rounding of the sum over heads and coordinates of z."""
