@@ -73,3 +73,11 @@ def test_cli_float32_json(capsys):
     assert out["dtype"] == "float32" and out["verdict"] == "PROVEN_EXACT"
     assert cli.main(["--checkpoint", "construction", "--digits", "2", "--dtype", "float32", "--no-progress"]) == 0
     assert "the float32 forward pass under the rounding model" in capsys.readouterr().out
+
+
+def test_each_statement_is_checked_by_forward_passes_in_its_own_format():
+    """Counterexamples and exhaustive checks of a float32 statement run the float32 model (a pair the
+    float64 model gets right may be wrong in float32); the real statement's run in float64."""
+    assert cli.forward_dtype("real") is torch.float64
+    assert cli.forward_dtype("float32") is torch.float32
+    assert cli.forward_dtype("float64") is torch.float64
