@@ -13,6 +13,7 @@ Prints, as Markdown tables:
 
     python bench/bench_rasp_weights.py [--quick] [--threads 1] [--json PATH]
     python bench/bench_rasp_weights.py --ngram-growth --threads 1   # n-gram orders up to 16
+    python bench/bench_rasp_weights.py --sizes-only                 # compiled sizes, in seconds
 """
 from __future__ import annotations
 
@@ -199,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", metavar="PATH")
     p.add_argument("--float32-only", action="store_true", help="only the float32 table of library programs")
     p.add_argument("--long-only", action="store_true", help="only the >= 10^4-token trace")
+    p.add_argument("--sizes-only", action="store_true", help="only the table of compiled sizes (no decoding)")
     p.add_argument("--ngram-growth", action="store_true",
                    help="only an 8-state, 8-symbol random machine's trace at n-gram orders up to 16")
     args = p.parse_args(argv)
@@ -221,7 +223,10 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown(results["float32_programs"], list(results["float32_programs"][0])))
         return 0
     results["sizes"] = size_table(64)
-    print(markdown(results["sizes"], ["program", "max_seq_len", "layers", "heads", "d_model", "d_mlp", "params"]))
+    print(markdown(results["sizes"], ["program", "max_seq_len", "layers", "heads", "d_model", "d_head", "d_mlp",
+                                      "params"]))
+    if args.sizes_only:
+        return 0
     rng = random.Random(1)
     cases = [20] if args.quick else [20, 98]
     results["traces"] = []

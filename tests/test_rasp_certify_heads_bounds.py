@@ -77,10 +77,16 @@ def _class_head(num_value: bool):
 
 
 def _raise_b_keys(ct, delta: float) -> None:
-    """Keys holding 'b' score ``delta`` more: W_Q's 'one' row is -80 in head dimension 1 (the
-    query side of every non-BOS position), so W_K's 'tokens:b' row gets -delta/80 there."""
-    assert float(attn(ct).W_Q[0, dim(ct, "one"), 1].detach()) == -80.0
-    add(attn(ct).W_K, (0, dim(ct, "tokens:b"), 1), delta / -80.0)
+    """Keys holding 'b' score ``delta`` more at the queries that select them: in head dimension 0
+    the query side is ``160 cls - 80`` (the ``==`` atom, both of its halves on the key ``cls``),
+    -80 at every query whose cls is False, so W_K's 'tokens:b' row gets -delta/80 there (a cls-True
+    query, which selects no 'b' key, sees them delta lower)."""
+    W_Q = attn(ct).W_Q
+    assert float(W_Q[0, dim(ct, "one"), 0].detach()) == -80.0
+    column = W_Q[0, :, 0].detach().clone()
+    column[ct.layout.bos] = 0                    # the compiler's BOS clean-up
+    assert sorted(float(c) for c in column[column != 0]) == [-80.0, 160.0]
+    add(attn(ct).W_K, (0, dim(ct, "tokens:b"), 0), delta / -80.0)
 
 
 def test_a_categorical_mean_is_not_charged_for_its_spread():

@@ -89,7 +89,7 @@ def test_mlp_enclosure_contains_the_exact_output(nested):
 
 @pytest.mark.parametrize("row, head_dim, factor", [("tokens", 0, 0.999),        # the n-gram's == on tokens
                                                   ("prev_sep:1", 2, 0.5),        # the guard's == on positions
-                                                  ("one", 4, -1.0)])             # the max's rank term, reversed
+                                                  ("one", 1, -1.0)])             # the max's rank term (with the constant sides of both ==), reversed
 def test_broken_lookup_head_fails_margin(row, head_dim, factor):
     tm, _ = TASKS["addition"].build("12+34")
     ct = transformer_program(tm, 1).to_transformer(N).compiled

@@ -202,13 +202,22 @@ def test_biases_and_one_rows_moved_leave_the_margin():
 
 def _add_position_bonus(ct, scale: float) -> None:
     """Keys get a score bonus ``scale * j`` at position j: W_K rows of ``indices:j`` on the head
-    dimension that W_Q's ``one`` row reads (every query holds 1 there; BOS has no position s-op)."""
+    dimension whose query is a constant (every query holds it; BOS has no position s-op)."""
     attn, lay = _attn(ct), ct.layout
-    row = attn.W_Q[0, lay.one].detach().numpy()
-    e = int(np.argmax(np.abs(row)))
+    e, q = _constant_query_dim(attn, lay)
     with torch.no_grad():
         for j in range(ct.program.n):
-            attn.W_K[0, lay.labels.index(f"indices:{j}"), e] += scale * j / float(row[e])
+            attn.W_K[0, lay.labels.index(f"indices:{j}"), e] += scale * j / q
+
+
+def _constant_query_dim(attn, lay) -> tuple[int, float]:
+    """The head dimension whose query is a constant (W_Q's column there is non-zero in the
+    ``one`` row only, apart from the BOS row of the compiler's clean-up), and that constant; the
+    head's other dimensions read s-ops."""
+    W_Q = attn.W_Q[0].detach().numpy().copy()
+    W_Q[lay.bos] = 0
+    (e,) = [e for e in range(W_Q.shape[1]) if W_Q[lay.one, e] != 0 and np.count_nonzero(W_Q[:, e]) == 1]
+    return e, float(W_Q[lay.one, e])
 
 
 BONUS = {
@@ -383,12 +392,11 @@ def test_tuple_equality_of_different_nesting_fails(name, flip):
 
 def _bump_key(ct, pos: int, amount: float) -> None:
     """The key at position ``pos`` scores ``amount`` more at every query (W_K row ``indices:pos``
-    on the head dimension that W_Q's ``one`` row reads)."""
+    on the head dimension whose query is a constant)."""
     attn, lay = _attn(ct), ct.layout
-    row = attn.W_Q[0, lay.one].detach().numpy()
-    e = int(np.argmax(np.abs(row)))
+    e, q = _constant_query_dim(attn, lay)
     with torch.no_grad():
-        attn.W_K[0, lay.labels.index(f"indices:{pos}"), e] += amount / float(row[e])
+        attn.W_K[0, lay.labels.index(f"indices:{pos}"), e] += amount / q
 
 
 def test_max_classes_close_together():

@@ -120,7 +120,52 @@ def compile_head(node: Node, layout: Layout, causal: bool) -> HeadSpec:
         bos_q = add(bos_q, {layout.bos: BOS_QUERY})
     head.qk.append((bos_q, {layout.bos: 1.0}))
     _value_dims(node, value, head, layout)
+    head.qk, head.ov = compact(head.qk), compact(head.ov)
     return head
+
+
+def compact(pairs: list[tuple[Feature, Feature]]) -> list[tuple[Feature, Feature]]:
+    """The same bilinear form ``sum_e a_e(x) b_e(y)`` in fewer head dimensions.
+
+    Two pairs whose left features are integer multiples, ``a_j = r a_i`` with ``r`` an integer,
+    share one dimension ``(a_i, b_i + r b_j)``; then the same for the right features. A selector's
+    score and an aggregate's copy are unchanged in real arithmetic (the ``-beta * c_k**2`` terms of
+    many ``==`` atoms, whose query feature is the constant, become one dimension), and ``d_head``,
+    which every head of the model is padded to, is often several times smaller. The factor is an
+    integer so that integer coefficients stay integers: the precision guard
+    (:mod:`rasp.weights.precision`) finds a head with integer features exact. A pair with an empty
+    side contributes nothing and is dropped."""
+    def merged(pairs: list[tuple[Feature, Feature]]) -> list[tuple[Feature, Feature]]:
+        out: list[tuple[Feature, Feature]] = []
+        by_dims: dict[tuple, list[int]] = {}
+        for a, b in pairs:
+            a = {d: c for d, c in a.items() if c != 0}
+            b = {d: c for d, c in b.items() if c != 0}
+            if not a or not b:
+                continue
+            for i in by_dims.setdefault(tuple(sorted(a)), []):
+                base, summed = out[i]
+                if (r := _multiple(a, base)) is not None:       # a = r * base
+                    out[i] = (base, add(summed, add(b, scale=r)))
+                    break
+                if (r := _multiple(base, a)) is not None:       # base = r * a
+                    out[i] = (a, add(b, add(summed, scale=r)))
+                    break
+            else:
+                by_dims[tuple(sorted(a))].append(len(out))
+                out.append((a, b))
+        nonzero = [(a, {d: c for d, c in b.items() if c != 0}) for a, b in out]   # sums may cancel
+        return [(a, b) for a, b in nonzero if b]
+
+    flipped = merged([(b, a) for a, b in merged(pairs)])
+    return [(a, b) for b, a in flipped]
+
+
+def _multiple(a: Feature, base: Feature) -> float | None:
+    """The integer ``r`` with ``a == r * base`` exactly, coordinate by coordinate, or None."""
+    d0 = next(iter(base))
+    r = a[d0] / base[d0]
+    return r if r == int(r) and all(r * base[d] == c for d, c in a.items()) else None
 
 
 def _atom_dims(atom: Atom, head: HeadSpec, layout: Layout, beta: float) -> Feature:
