@@ -65,6 +65,8 @@ def _same(got, want) -> bool:
 
 
 def measure(name: str, program, vocab: list, n: int, timeout: int, rng: random.Random) -> dict:
+    """One row. The sizes are recorded as soon as the model is compiled, so a check that runs out
+    of time keeps them (``check``: "timeout"); a compile that does not finish has no sizes."""
     row = {"program": name, "max_seq_len": n}
     signal.alarm(timeout)
     try:
@@ -84,7 +86,10 @@ def measure(name: str, program, vocab: list, n: int, timeout: int, rng: random.R
             right += all(_same(g, w) for g, w in zip(got, want)) and len(got) == len(want)
         row["inputs_right"] = f"{right}/{len(lengths)}"
     except Timeout:
-        row["error"] = f"timeout after {timeout} s"
+        row["error"] = (f"check timeout after {timeout} s (compiled in {row['compile_seconds']} s)"
+                        if "params" in row else f"timeout after {timeout} s")
+    except MemoryError:
+        row["error"] = "MemoryError (over --max-memory-gb)"
     except Exception as exc:  # noqa: BLE001 - recorded, the table goes on
         row["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
     finally:
@@ -95,20 +100,45 @@ def measure(name: str, program, vocab: list, n: int, timeout: int, rng: random.R
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--lengths", nargs="*", type=int, default=[5, 10, 20, 50, 100, 500])
+    p.add_argument("--programs", nargs="*", metavar="NAME", help="only these programs (default: all)")
     p.add_argument("--timeout", type=int, default=120, help="seconds per compile and check")
+    p.add_argument("--max-memory-gb", type=float, default=None,
+                   help="address-space limit of this process (a compile over it is recorded as a MemoryError)")
+    p.add_argument("--merge", action="store_true",
+                   help="keep the rows of --out that this run does not measure again (same program and length)")
     p.add_argument("--out", required=True)
     args = p.parse_args()
+    if args.max_memory_gb is not None:
+        import resource
+
+        limit = int(args.max_memory_gb * 2 ** 30)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     signal.signal(signal.SIGALRM, _alarm)
     rng = random.Random(0)
-    rows = []
+    old: dict = {}
+    if args.merge:
+        try:
+            with open(args.out) as fh:
+                old = json.load(fh)
+        except FileNotFoundError:
+            old = {}
+    header = {k: v for k, v in old.items() if k != "rows"} or {
+        "compiler": "tracr (google-deepmind/tracr, main)", "python": sys.version.split()[0],
+        "command": "PYTHONPATH=<tracr source> python bench/tracr_sizes.py --out bench/results/tracr_sizes.json"}
+    order = {name: i for i, (name, _, _) in enumerate(programs(5))}
+    rows: list[dict] = []
     for n in args.lengths:
         for name, program, vocab in programs(n):
+            if args.programs and name not in args.programs:
+                continue
             rows.append(measure(name, program, vocab, n, args.timeout, rng))
             print(json.dumps(rows[-1]), flush=True)
-    with open(args.out, "w") as fh:
-        json.dump({"compiler": "tracr (google-deepmind/tracr, main)", "python": sys.version.split()[0],
-                   "command": "PYTHONPATH=<tracr source> python bench/tracr_sizes.py --out bench/results/tracr_sizes.json",
-                   "rows": rows}, fh, indent=1)
+            # written after every row, so that a run stopped part-way keeps what it measured
+            done = {(r["program"], r["max_seq_len"]) for r in rows}
+            kept = [r for r in old.get("rows", []) if (r["program"], r["max_seq_len"]) not in done]
+            merged = sorted(kept + rows, key=lambda r: (r["max_seq_len"], order.get(r["program"], len(order))))
+            with open(args.out, "w") as fh:
+                json.dump({**header, "rows": merged}, fh, indent=1)
     return 0
 
 
