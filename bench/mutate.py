@@ -190,7 +190,7 @@ MULTIPLICATION_CHAIN_TESTS = (
 # statement also its wiring and its steps against torch's float32 values (about 11 s), which the float
 # branches of trained.py, trained_tables.py and trained_affine.py need (each broken by hand: killed there)
 TRAINED_TESTS = (
-    "tests/test_trained_float_wiring.py", "tests/test_trained_float_stages.py",
+    "tests/test_trained_float_wiring.py", "tests/test_trained_float_steps.py", "tests/test_trained_float_stages.py",
     "tests/test_proof_layers.py", "tests/test_affine_tail.py", "tests/test_trained_attention_form.py",
     "tests/test_trained_mutants.py", "tests/test_trained_enclosures.py",
     *(f"tests/test_certify_trained.py::test_{t}" for t in (
@@ -423,9 +423,13 @@ def read_equivalents() -> dict[tuple[str, str, tuple[str, ...]], str]:
 
 def report(name: str, part: Part, mutants: list[Mutant], seconds: float) -> str:
     counts = {s: sum(m.status == s for m in mutants) for s in ("killed", "survived", "no tests", "timeout")}
-    other = len(mutants) - sum(counts.values())
+    # a run stopped part-way (killed, or out of time) leaves mutants that were never run: listed
+    # apart, by function, never as open and never as killed
+    unrun = [m for m in mutants if m.status in ("not checked", "check was interrupted by user")]
+    other = len(mutants) - sum(counts.values()) - len(unrun)
     known = read_equivalents()
-    left = sorted((m for m in mutants if m.status not in ("killed", "timeout")), key=lambda m: (m.path, m.line))
+    left = sorted((m for m in mutants if m.status not in ("killed", "timeout") and m not in unrun),
+                  key=lambda m: (m.path, m.line))
     equivalent = [(m, known[(m.path, m.function, tuple(m.change))]) for m in left
                   if (m.path, m.function, tuple(m.change)) in known]
     open_ = [m for m in left if (m.path, m.function, tuple(m.change)) not in known]
@@ -435,7 +439,7 @@ def report(name: str, part: Part, mutants: list[Mutant], seconds: float) -> str:
         kinds[kind] = kinds.get(kind, 0) + 1
     known_text = "".join(f"{n} {kind}, " for kind, n in sorted(kinds.items()))
     summary = (f"{name}: {len(mutants)} mutants, killed {counts['killed']}, survived {counts['survived']}, "
-               f"no tests {counts['no tests']}, timeout {counts['timeout']}, other {other}; "
+               f"no tests {counts['no tests']}, timeout {counts['timeout']}, other {other}, not run {len(unrun)}; "
                f"of those not killed: {known_text}{len(open_)} open; {seconds:.0f} s wall")
     out = [f"# Mutation testing: part `{name}`", "", "Written by `make mutate PART=" + name + "` (bench/mutate.py).",
            "", "Mutated: " + ", ".join(f"`{f}`" for f in part.files),
@@ -444,6 +448,12 @@ def report(name: str, part: Part, mutants: list[Mutant], seconds: float) -> str:
     if rechecks.exists():  # --recheck: survivors run again against newer tests, counted as killed above
         out += ["Killed after the run (`--recheck`, each survivor or mutant without tests against the tests named):", ""]
         out += [f"- {line}" for line in rechecks.read_text().splitlines()] + [""]
+    if unrun:
+        by_function: dict[str, int] = {}
+        for m in unrun:
+            by_function[function_name(m.name)] = by_function.get(function_name(m.name), 0) + 1
+        out += [f"Not run ({len(unrun)}: the run was stopped before them), by function: "
+                + ", ".join(f"`{f}` {n}" for f, n in sorted(by_function.items())), ""]
     out += [f"## Open ({len(open_)}): a test should kill these, or they go to equivalent.txt with a reason", ""]
     for m in open_:
         out += [f"### {m.path}:{m.line} `{m.function}` ({m.status})", "", "```diff", m.diff.strip(), "```", ""]
@@ -488,7 +498,8 @@ def recheck(name: str, tests: list[str], only: str = "*") -> None:
     one pytest session per mutant in this process, mutmut's trampoline choosing the mutant by
     ``MUTANT_UNDER_TEST``. A mutant that fails them is recorded as killed in mutants/ (the tests
     must keep no state between sessions, e.g. no cache of a certificate's result). Mutants that had
-    no tests (no selected test called their function) are run too: the new tests may call it.
+    no tests (no selected test called their function) are run too: the new tests may call it; so
+    are those a stopped run never reached ("not checked"), which are then killed or survived.
     ``only``: a pattern (fnmatch) of the survivors' names to recheck, e.g. ``*ffn_check*``, so that
     each group runs only the tests written for it."""
     import fnmatch
@@ -514,11 +525,14 @@ def recheck(name: str, tests: list[str], only: str = "*") -> None:
     for meta in metas:
         data = json.loads(meta.read_text())
         for key, code in data["exit_code_by_key"].items():
-            if status_by_exit_code[code] in ("survived", "no tests") and fnmatch.fnmatchcase(key, only):
+            status = status_by_exit_code[code]
+            if status in ("survived", "no tests", "not checked") and fnmatch.fnmatchcase(key, only):
                 checked += 1
                 if session(key) != 0:
                     data["exit_code_by_key"][key] = 1
                     killed.append(key)
+                elif status == "not checked":       # never run before: now it has, and survived
+                    data["exit_code_by_key"][key] = 0
         meta.write_text(json.dumps(data, indent=4))
     os.chdir(ROOT)
     log = ROOT / "mutants" / f"{name}.recheck"

@@ -12,11 +12,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def parts() -> dict:
+    return module().PARTS
+
+
+def module():
     spec = importlib.util.spec_from_file_location("bench_mutate", ROOT / "bench" / "mutate.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules.setdefault(spec.name, module)  # dataclasses look their module up there
     spec.loader.exec_module(sys.modules[spec.name])
-    return sys.modules[spec.name].PARTS
+    return sys.modules[spec.name]
 
 
 def test_every_mutated_file_and_test_file_exists() -> None:
@@ -37,3 +41,23 @@ def test_every_named_test_is_collected() -> None:
     missing = [t for t in ids if t not in collected and not any(c.startswith(t + "[") or c.startswith(t + "::")
                                                                 for c in collected)]
     assert not missing, missing
+
+
+def test_a_stopped_run_lists_its_unrun_mutants_apart(tmp_path, monkeypatch) -> None:
+    """Mutants a stopped run never reached ("not checked") are neither killed nor open: the
+    summary counts them as not run and the report names their functions."""
+    mutate = module()
+    monkeypatch.setattr(mutate, "RESULTS", tmp_path)
+    monkeypatch.setattr(mutate, "EQUIVALENTS", tmp_path / "equivalent.txt")
+    diff = "--- src/lengthgen/proof/interval.py\n+++ src/lengthgen/proof/interval.py\n@@ -1,1 +1,1 @@\n-a\n+b\n"
+    survivor = mutate.Mutant("lengthgen.proof.interval.x_gamma__mutmut_1", "survived", diff,
+                             "src/lengthgen/proof/interval.py", "gamma", 10)
+    mutants = [mutate.Mutant("lengthgen.proof.interval.x_gamma__mutmut_2", "killed"), survivor,
+               mutate.Mutant("lengthgen.proof.interval.x_up__mutmut_1", "not checked"),
+               mutate.Mutant("lengthgen.proof.interval.x_up__mutmut_2", "not checked")]
+    summary = mutate.report("demo", mutate.PARTS["interval"], mutants, 1.0)
+    assert "4 mutants, killed 1, survived 1, no tests 0, timeout 0, other 0, not run 2;" in summary
+    assert summary.endswith("1 open; 1 s wall")
+    text = (tmp_path / "demo.md").read_text()
+    assert "Not run (2: the run was stopped before them), by function: `up` 2" in text
+    assert "## Open (1)" in text
