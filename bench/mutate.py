@@ -421,7 +421,7 @@ def read_equivalents() -> dict[tuple[str, str, tuple[str, ...]], str]:
     return known
 
 
-def report(name: str, part: Part, mutants: list[Mutant], seconds: float) -> str:
+def report(name: str, part: Part, mutants: list[Mutant], seconds: float, command: str | None = None) -> str:
     counts = {s: sum(m.status == s for m in mutants) for s in ("killed", "survived", "no tests", "timeout")}
     # a run stopped part-way (killed, or out of time) leaves mutants that were never run: listed
     # apart, by function, never as open and never as killed
@@ -441,7 +441,7 @@ def report(name: str, part: Part, mutants: list[Mutant], seconds: float) -> str:
     summary = (f"{name}: {len(mutants)} mutants, killed {counts['killed']}, survived {counts['survived']}, "
                f"no tests {counts['no tests']}, timeout {counts['timeout']}, other {other}, not run {len(unrun)}; "
                f"of those not killed: {known_text}{len(open_)} open; {seconds:.0f} s wall")
-    out = [f"# Mutation testing: part `{name}`", "", "Written by `make mutate PART=" + name + "` (bench/mutate.py).",
+    out = [f"# Mutation testing: part `{name}`", "", "Written by `" + (command or f"make mutate PART={name}") + "` (bench/mutate.py).",
            "", "Mutated: " + ", ".join(f"`{f}`" for f in part.files),
            "Tests: " + " ".join(f"`{t}`" for t in part.tests), "", summary, ""]
     rechecks = ROOT / "mutants" / f"{name}.recheck"
@@ -463,7 +463,10 @@ def report(name: str, part: Part, mutants: list[Mutant], seconds: float) -> str:
     return summary
 
 
-def run(name: str, report_only: bool = False) -> str:
+def run(name: str, report_only: bool = False, selected: list[str] | None = None) -> str:
+    """One part: a fresh run (every mutant, or with ``selected`` only the mutants whose names match
+    one of those patterns, e.g. a function changed since the part's last full run, reported apart
+    in ``PART-selected.md``), or with ``report_only`` the report of the last one."""
     part = PARTS[name]
     write_config(part)
     try:
@@ -481,16 +484,23 @@ def run(name: str, report_only: bool = False) -> str:
                 env = {**os.environ, "LENGTHGEN_TEST_ORDER": "\n".join(t for t in part.tests if not t.startswith("-"))}
                 if part.isolation == "fork":  # torch starts no OpenMP pool that a forked worker would wait on
                     env["OMP_NUM_THREADS"] = "1"
-                subprocess.run([sys.executable, "-m", "mutmut", "run"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                               env=env)
+                subprocess.run([sys.executable, "-m", "mutmut", "run", *(selected or [])], cwd=ROOT, stdout=log,
+                               stderr=subprocess.STDOUT, env=env)
             seconds = time.monotonic() - start
             (ROOT / "mutants" / f"{name}.seconds").write_text(f"{seconds:.1f}\n")
         mutants = collect()
     finally:
         CONFIG.unlink(missing_ok=True)
+    if selected:
+        import fnmatch
+
+        mutants = [m for m in mutants if any(fnmatch.fnmatchcase(m.name, p) for p in selected)]
     if not mutants:
         sys.exit(f"mutmut ran no mutants; see mutants/{name}.log")
-    return report(name, part, mutants, seconds)
+    if not selected:
+        return report(name, part, mutants, seconds)
+    command = f"python bench/mutate.py {name} --mutants " + " ".join(f"'{p}'" for p in selected)
+    return report(f"{name}-selected", part, mutants, seconds, command)
 
 
 def recheck(name: str, tests: list[str], only: str = "*") -> None:
@@ -549,7 +559,12 @@ def main() -> None:
                         help="no new run: the last run's survivors against these tests, then the report")
     parser.add_argument("--only", default="*", metavar="PATTERN",
                         help="with --recheck: only the survivors whose mutant name matches (fnmatch), e.g. '*ffn_check*'")
+    parser.add_argument("--mutants", nargs="+", metavar="NAME",
+                        help="a fresh run of only the mutants with these names (mutmut's, * as a wildcard), e.g. "
+                             "'rasp.weights.heads.x_compact*': report in bench/results/mutation/PART-selected.md")
     args = parser.parse_args()
+    if args.mutants and (args.report_only or args.recheck or args.part == "all"):
+        parser.error("--mutants is a fresh run of one part: not with --report-only, --recheck or all")
     os.chdir(ROOT)  # mutmut reads setup.cfg and mutants/ from the working directory
     RESULTS.mkdir(parents=True, exist_ok=True)
     for name in PARTS if args.part == "all" else [args.part]:
@@ -559,7 +574,7 @@ def main() -> None:
                 recheck(name, args.recheck, args.only)
             finally:
                 CONFIG.unlink(missing_ok=True)
-        print(run(name, args.report_only or bool(args.recheck)), flush=True)
+        print(run(name, args.report_only or bool(args.recheck), args.mutants), flush=True)
 
 
 if __name__ == "__main__":

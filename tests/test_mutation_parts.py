@@ -61,3 +61,15 @@ def test_a_stopped_run_lists_its_unrun_mutants_apart(tmp_path, monkeypatch) -> N
     text = (tmp_path / "demo.md").read_text()
     assert "Not run (2: the run was stopped before them), by function: `up` 2" in text
     assert "## Open (1)" in text
+
+
+def test_a_selected_run_names_its_command(tmp_path, monkeypatch) -> None:
+    mutate = module()
+    monkeypatch.setattr(mutate, "RESULTS", tmp_path)
+    monkeypatch.setattr(mutate, "EQUIVALENTS", tmp_path / "equivalent.txt")
+    mutants = [mutate.Mutant("rasp.weights.heads.x_compact__mutmut_1", "killed")]
+    mutate.report("rasp-attention-selected", mutate.PARTS["rasp-attention"], mutants, 2.0,
+                  "python bench/mutate.py rasp-attention --mutants 'rasp.weights.heads.x_compact*'")
+    text = (tmp_path / "rasp-attention-selected.md").read_text()
+    assert "Written by `python bench/mutate.py rasp-attention --mutants 'rasp.weights.heads.x_compact*'`" in text
+    assert "1 mutants, killed 1," in text
