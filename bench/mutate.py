@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import fnmatch
 import os
 import re
 import shutil
@@ -98,7 +99,8 @@ ADDITION_TESTS = (
 # defaults, the interface, the MLPs, the magnitude guard: about 6 s; the analysis' refusals and
 # limits, and its paths against the interpreter: about 5 s; affine forms and folding, the order
 # of a lookup's inputs, an int equal to a float: about 1 s)
-RASP_TESTS = ("tests/test_rasp_weights_compact.py", "tests/test_rasp_weights_heads.py", "tests/test_rasp_weights_api.py", "tests/test_rasp_weights_mlp.py",
+RASP_TESTS = ("tests/test_rasp_weights_compact.py", "tests/test_rasp_weights_heads.py", "tests/test_rasp_weights_api.py",
+              "tests/test_rasp_weights_mlp.py",
               "tests/test_rasp_weights_precision.py", "tests/test_rasp_weights_limits.py",
               "tests/test_rasp_weights_compiler.py", "tests/test_rasp_weights_programs.py",
               "tests/test_rasp_weights_graph.py", "tests/test_rasp_weights_affine.py", "tests/test_rasp_weights_maxmin.py",
@@ -339,9 +341,17 @@ def write_config(part: Part) -> None:
     CONFIG.write_text("\n".join(lines))
 
 
-def collect() -> list[Mutant]:
-    """Every mutant of the last run with its status, and the diff of those not killed (mutmut 3.8's
-    own functions, in this process: one ``mutmut show`` per mutant would start Python each time)."""
+UNRUN = ("not checked", "check was interrupted by user")  # mutmut's statuses of a mutant never run
+
+
+def _selected(name: str, patterns: list[str] | None) -> bool:
+    return patterns is None or any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+def collect(selected: list[str] | None = None) -> list[Mutant]:
+    """Every mutant of the last run (with ``selected``, those whose names match one of the patterns)
+    with its status, and the diff of those run and not killed (mutmut 3.8's own functions, in this
+    process: one ``mutmut show`` per mutant would start Python each time)."""
     from mutmut import configuration
     from mutmut.mutation.data import SourceFileMutationData
     from mutmut.mutation.diff_apply import get_diff_for_mutant
@@ -354,8 +364,10 @@ def collect() -> list[Mutant]:
         data = SourceFileMutationData(path=path)
         data.load()
         for key, code in data.exit_code_by_key.items():
+            if not _selected(key, selected):
+                continue
             m = Mutant(key, status_by_exit_code[code])
-            if m.status != "killed":
+            if m.status != "killed" and m.status not in UNRUN:
                 m.diff = get_diff_for_mutant(key, path=path)
                 locate(m)
             mutants.append(m)
@@ -425,10 +437,10 @@ def report(name: str, part: Part, mutants: list[Mutant], seconds: float, command
     counts = {s: sum(m.status == s for m in mutants) for s in ("killed", "survived", "no tests", "timeout")}
     # a run stopped part-way (killed, or out of time) leaves mutants that were never run: listed
     # apart, by function, never as open and never as killed
-    unrun = [m for m in mutants if m.status in ("not checked", "check was interrupted by user")]
+    unrun = [m for m in mutants if m.status in UNRUN]
     other = len(mutants) - sum(counts.values()) - len(unrun)
     known = read_equivalents()
-    left = sorted((m for m in mutants if m.status not in ("killed", "timeout") and m not in unrun),
+    left = sorted((m for m in mutants if m.status not in ("killed", "timeout", *UNRUN)),
                   key=lambda m: (m.path, m.line))
     equivalent = [(m, known[(m.path, m.function, tuple(m.change))]) for m in left
                   if (m.path, m.function, tuple(m.change)) in known]
@@ -441,7 +453,8 @@ def report(name: str, part: Part, mutants: list[Mutant], seconds: float, command
     summary = (f"{name}: {len(mutants)} mutants, killed {counts['killed']}, survived {counts['survived']}, "
                f"no tests {counts['no tests']}, timeout {counts['timeout']}, other {other}, not run {len(unrun)}; "
                f"of those not killed: {known_text}{len(open_)} open; {seconds:.0f} s wall")
-    out = [f"# Mutation testing: part `{name}`", "", "Written by `" + (command or f"make mutate PART={name}") + "` (bench/mutate.py).",
+    command = command or f"make mutate PART={name}"
+    out = [f"# Mutation testing: part `{name}`", "", f"Written by `{command}` (bench/mutate.py).",
            "", "Mutated: " + ", ".join(f"`{f}`" for f in part.files),
            "Tests: " + " ".join(f"`{t}`" for t in part.tests), "", summary, ""]
     rechecks = ROOT / "mutants" / f"{name}.recheck"
@@ -488,13 +501,9 @@ def run(name: str, report_only: bool = False, selected: list[str] | None = None)
                                stderr=subprocess.STDOUT, env=env)
             seconds = time.monotonic() - start
             (ROOT / "mutants" / f"{name}.seconds").write_text(f"{seconds:.1f}\n")
-        mutants = collect()
+        mutants = collect(selected)
     finally:
         CONFIG.unlink(missing_ok=True)
-    if selected:
-        import fnmatch
-
-        mutants = [m for m in mutants if any(fnmatch.fnmatchcase(m.name, p) for p in selected)]
     if not mutants:
         sys.exit(f"mutmut ran no mutants; see mutants/{name}.log")
     if not selected:
@@ -512,7 +521,6 @@ def recheck(name: str, tests: list[str], only: str = "*") -> None:
     are those a stopped run never reached ("not checked"), which are then killed or survived.
     ``only``: a pattern (fnmatch) of the survivors' names to recheck, e.g. ``*ffn_check*``, so that
     each group runs only the tests written for it."""
-    import fnmatch
     import json
 
     import pytest
@@ -536,12 +544,12 @@ def recheck(name: str, tests: list[str], only: str = "*") -> None:
         data = json.loads(meta.read_text())
         for key, code in data["exit_code_by_key"].items():
             status = status_by_exit_code[code]
-            if status in ("survived", "no tests", "not checked") and fnmatch.fnmatchcase(key, only):
+            if status in ("survived", "no tests", *UNRUN) and fnmatch.fnmatchcase(key, only):
                 checked += 1
                 if session(key) != 0:
                     data["exit_code_by_key"][key] = 1
                     killed.append(key)
-                elif status == "not checked":       # never run before: now it has, and survived
+                elif status in UNRUN:       # never run before: now it has, and survived
                     data["exit_code_by_key"][key] = 0
         meta.write_text(json.dumps(data, indent=4))
     os.chdir(ROOT)

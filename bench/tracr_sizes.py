@@ -66,7 +66,7 @@ def _same(got, want) -> bool:
 
 def measure(name: str, program, vocab: list, n: int, timeout: int, rng: random.Random) -> dict:
     """One row. The sizes are recorded as soon as the model is compiled, so a check that runs out
-    of time keeps them (``check``: "timeout"); a compile that does not finish has no sizes."""
+    of time keeps them (``error``: "check timeout ..."); a compile that does not finish has none."""
     row = {"program": name, "max_seq_len": n}
     signal.alarm(timeout)
     try:
@@ -108,6 +108,9 @@ def main() -> int:
                    help="keep the rows of --out that this run does not measure again (same program and length)")
     p.add_argument("--out", required=True)
     args = p.parse_args()
+    unknown = sorted(set(args.programs or []) - {name for name, _, _ in programs(5)})
+    if unknown:
+        p.error(f"no such program: {', '.join(unknown)} (the names are tracr's lib.py functions, as in the table)")
     if args.max_memory_gb is not None:
         import resource
 
@@ -121,7 +124,7 @@ def main() -> int:
             with open(args.out) as fh:
                 old = json.load(fh)
         except FileNotFoundError:
-            old = {}
+            pass
     header = {k: v for k, v in old.items() if k != "rows"} or {
         "compiler": "tracr (google-deepmind/tracr, main)", "python": sys.version.split()[0],
         "command": "PYTHONPATH=<tracr source> python bench/tracr_sizes.py --out bench/results/tracr_sizes.json"}

@@ -105,9 +105,18 @@ def test_the_n_gram_match_head_keeps_one_constant_dimension_for_all_its_cells():
     assert compiled.greedy(ref[:len(tape) + 2], len(ref), monitor=False) == ref
 
 
-def test_a_selection_with_a_table_atom_keeps_its_scores():
-    """A table atom (``<``) beside an ``==`` in one And, never both true: every query gets the default."""
-    sel = Select(tokens, tokens, Comparison.EQ) & Select(tokens, tokens, Comparison.LT)
-    program = Aggregate(sel, tokens, default=0)
-    ct = compile_to_transformer(program, [0, 1, 2, 3], 6)
-    assert ct.run([0, 1, 2, 3]) == [0, 0, 0, 0]
+def test_a_selection_with_a_table_atom_and_an_equality_answers_as_the_interpreter():
+    """A table atom (``<=`` on positions) beside an ``==`` on tokens in one And, under a max:
+    the compiled model against the RASP interpreter (the last earlier-or-equal position holding
+    the same token) on every input of up to four tokens."""
+    import itertools
+
+    from rasp.core import indices
+    from rasp.evaluate import evaluate
+
+    sel = Select(tokens, tokens, Comparison.EQ) & Select(indices, indices, Comparison.LEQ)
+    program = Aggregate(sel, indices, default=-1, reduce="max")
+    ct = compile_to_transformer(program, [0, 1, 2], 4, causal=False)
+    for n in range(1, 5):
+        for xs in itertools.product([0, 1, 2], repeat=n):
+            assert ct.run(list(xs)) == evaluate(program, list(xs), causal=False).column(program), xs

@@ -12,7 +12,6 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-import pytest
 import torch
 
 from lengthgen.model import Transformer, TransformerConfig
@@ -105,13 +104,13 @@ def test_the_differences_of_a_model_without_layer_norm_widen_by_the_logits_round
     assert np.array_equal(d_f.lo, want.lo) and np.array_equal(d_f.hi, want.hi)
 
 
-@pytest.mark.parametrize("name", ["addition_coupled_1l2h_unscaled"])
-def test_a_float32_certificate_that_gives_a_radius_up_warns_nothing(name):
+def test_a_float32_certificate_that_gives_a_radius_up_warns_nothing():
     """Where a float radius is given up (+inf), the logit differences hold inf − inf: read as no
-    bound, without numpy's RuntimeWarning on the user's stderr."""
+    bound, without numpy's RuntimeWarning on the user's stderr (the unscaled checkpoint at one
+    digit has such configurations: with the warning switched on, this fails)."""
     from lengthgen.certify import main
 
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
-        assert main(["--checkpoint", f"checkpoints/{name}", "--digits", "1", "--dtype", "float32",
-                     "--json"]) in (0, 1)
+        assert main(["--checkpoint", "checkpoints/addition_coupled_1l2h_unscaled", "--digits", "1",
+                     "--dtype", "float32", "--json"]) in (0, 1)

@@ -12,6 +12,9 @@ docs/turing-programs.md ("Attention") explains the construction; in short, with 
 * any other predicate: a one-hot (query value x key value) table (tracr's categorical attention);
 * And of selectors: the sum of their atoms.
 
+Head dimensions whose one side is an integer multiple of another's share one (:func:`compact`):
+the same scores and copies in fewer dimensions.
+
 The compiler's BOS key scores ``beta/2`` below a full match (tracr's trick), so it wins exactly
 when nothing is selected, and its value is the Aggregate's default. ``max``/``min`` add
 ``gamma * rank(value of the key)``, a hard-attention tie-break (with ``beta`` raised above
@@ -131,7 +134,8 @@ def compact(pairs: list[tuple[Feature, Feature]]) -> list[tuple[Feature, Feature
     share one dimension ``(a_i, b_i + r b_j)``; then the same for the right features. A selector's
     score and an aggregate's copy are unchanged in real arithmetic (the ``-beta * c_k**2`` terms of
     many ``==`` atoms, whose query feature is the constant, become one dimension), and ``d_head``,
-    which every head of the model is padded to, is often several times smaller. The factor is an
+    which every head of the model is padded to, shrinks (48 to 32 for program P's lookup at
+    n-gram 16, docs/turing-programs.md, "Attention"). The factor is an
     integer so that integer coefficients stay integers: the precision guard
     (:mod:`rasp.weights.precision`) finds a head with integer features exact. A pair with an empty
     side contributes nothing and is dropped."""
