@@ -192,7 +192,7 @@ MULTIPLICATION_CHAIN_TESTS = (
 # statement also its wiring and its steps against torch's float32 values (about 11 s), which the float
 # branches of trained.py, trained_tables.py and trained_affine.py need (each broken by hand: killed there)
 TRAINED_TESTS = (
-    "tests/test_trained_float_wiring.py", "tests/test_trained_float_steps.py", "tests/test_trained_float_stages.py",
+    "tests/test_trained_fixed_form.py", "tests/test_trained_float_wiring.py", "tests/test_trained_float_steps.py", "tests/test_trained_float_stages.py",
     "tests/test_proof_layers.py", "tests/test_affine_tail.py", "tests/test_trained_attention_form.py",
     "tests/test_trained_mutants.py", "tests/test_trained_enclosures.py",
     *(f"tests/test_certify_trained.py::test_{t}" for t in (

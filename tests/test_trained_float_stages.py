@@ -13,6 +13,8 @@ hand in tests/test_trained_float_kernels.py.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -22,7 +24,7 @@ from lengthgen.proof import affine as A
 from lengthgen.proof import interval as I
 from lengthgen.proof.interval import Iv
 from lengthgen.proof.trained import Layout, PositionCertifier
-from lengthgen.proof.trained_affine import differences, tail_forms
+from lengthgen.proof.trained_affine import attention_form, differences, tail_forms
 from lengthgen.proof.trained_float import FloatFormat
 from lengthgen.proof.trained_tables import LN_EPS, OneLayer, Tables
 from lengthgen.runs import load_checkpoint
@@ -144,6 +146,26 @@ def test_residual_after_attention(run):
                 p = cert.inputs(r)
                 i = np.array([config_row(p, a, b)])
                 return cert.after_attention(p.heads, [(tok[i], pid) for tok, pid in p.slots], p.query_tok[i], p.qid)[0]
+            check(enclose, act["hook_resid_mid"][row, FIRST + r][None])
+
+
+def test_the_attention_form_holds_the_float32_residual_without_the_plain_box(run):
+    """The affine tail's residual after attention (the fixed keys' mean as one generator per key,
+    trained_affine.fixed_form), from the same tables, holds the model's float32 residual by its
+    own generators and box: the plain pass's box, which the form keeps as a second bound, is
+    dropped here. torch's float32 values lie far inside (its kernels round well below the worst
+    cases), so this checks the form against measurement only; the generators' lengths and the box
+    are pinned in rationals by tests/test_trained_fixed_form.py."""
+    _, tokens, pos, _, act, ws, n_keys = run
+    for r in (0, 2):
+        for row, (a, b) in enumerate(PAIRS):
+            def enclose(k: str) -> Iv:
+                cert = PositionCertifier(ws[k], point_tables(ws[k], act, tokens, pos, row, n_keys), LAY, max_width=N)
+                p = cert.inputs(r)
+                i = np.array([config_row(p, a, b)])
+                x = attention_form(cert, p.heads, [(tok[i], pid) for tok, pid in p.slots], p.query_tok[i],
+                                   cert.t.resid[:, p.qid][p.query_tok[i]])
+                return replace(x, hull=None).box()
             check(enclose, act["hook_resid_mid"][row, FIRST + r][None])
 
 

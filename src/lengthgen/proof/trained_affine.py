@@ -46,11 +46,14 @@ def attention_form(cert, heads: list[dict], slots, tq: np.ndarray, resid: Iv) ->
     plain = centre
     for h, k in enumerate(heads):
         plain = plain + cert._head(k, slots, tq)[0]
-        fixed, lam = cert.fixed_mean(k, slots, tq, "eo")
+        _, lam = cert.fixed_mean(k, slots, tq, "eo")
+        fixed, fixed_gens, fixed_box = fixed_form(k, slots, tq, cert.t.out[h])
         centre = centre + fixed
+        gens.append(fixed_gens)
+        box = I.up_add(box, fixed_box)
         if not np.any(lam):
             continue
-        fixed_v, _ = cert.fixed_mean(k, slots, tq, "ev")
+        fixed_v = intersect(cert.fixed_mean(k, slots, tq, "ev")[0], hull(*fixed_form(k, slots, tq, cert.t.value[h])))
         free = k["free_v"]
         m, R = (free["centre"] - fixed_v).center_radius()  # s − Σ τ_i·h_i·b_i ∈ m ± R
         g = I.matmul(Iv.exact(m), w.W_O[h]) * (Iv.exact(lam) * 0.5)[:, None]  # ∋ (λ⁺/2)·m·W_O
@@ -65,6 +68,58 @@ def attention_form(cert, heads: list[dict], slots, tq: np.ndarray, resid: Iv) ->
     x = A.from_iv(centre, G, box, tuple(blocks))
     x.hull = I.up(np.maximum(I.up(plain.hi - x.c), I.up(x.c - plain.lo)))  # the plain pass's box
     return x if w.fmt is None else widened(x, cert.t.attention_rounding(plain))
+
+
+def fixed_form(k: dict, slots, tq: np.ndarray, table: Iv) -> tuple[Iv, np.ndarray, np.ndarray]:
+    """The fixed keys' softmax-weighted mean of ``table`` (a head's (token, ID) table: value·W_O or the
+    value) as a convex combination: an enclosed centre [C, ·], one generator per fixed key [C, S, ·]
+    and a box [C, ·].
+
+    The weights w_k = e_k/Σ_j e_j of the S fixed keys (e_k = exp(score − reference) within its
+    enclosure ``k["e"]``) lie in [w⁻_k, w⁺_k], w⁻_k = e⁻_k/(e⁻_k + Σ_{j≠k} e⁺_j) and
+    w⁺_k = e⁺_k/(e⁺_k + Σ_{j≠k} e⁻_j), since w_k rises with e_k and falls with every other e_j.
+    With c_k ± r_k ⊇ [w⁻_k, w⁺_k], each key's row u_k = ũ_k + δ_k (ũ_k the centre of its table
+    enclosure, |δ_k| ≤ ρ_k) and any reference ū, Σ_k w_k = 1 gives exactly
+
+        Σ_k w_k·u_k = ū + Σ_k c_k·(ũ_k − ū) + Σ_k ε_k·r_k·(ũ_k − ū) + Σ_k w_k·δ_k,   |ε_k| ≤ 1,
+
+    and |Σ_k w_k·δ_k| ≤ max_k ρ_k coordinatewise. The reference is the centre of the key with the
+    largest c_k, whose generator is then 0: the other S − 1 are independent. The quotient Σ e_k·u_k / Σ e_k of two intervals
+    forgets that the weights sum to 1, and its width grows with every weight's relative width
+    (about 10^-3 wide in the float32 statement, where each score carries its rounding): kept as
+    S generators along the keys' own rows, the weights' uncertainty moves the residual only inside
+    their span."""
+    e, index = k["e"], k["index"]
+    lo = np.stack([e.lo[tq, tok, index[pid]] for tok, pid in slots], axis=1)  # [C, S]
+    hi = np.stack([e.hi[tq, tok, index[pid]] for tok, pid in slots], axis=1)
+    n = lo.shape[1]
+    sum_hi = I.up(np.sum(hi, axis=1) * I.up_sum_factor(n))[:, None]  # ≥ Σ_j e⁺_j
+    sum_lo = I.down(np.sum(lo, axis=1) / I.up_sum_factor(n))[:, None]  # ≤ Σ_j e⁻_j
+    others_hi, others_lo = I.up(sum_hi - hi), np.maximum(I.down(sum_lo - lo), 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        w_lo = np.nan_to_num(I.down(lo / I.up(lo + others_hi)), nan=0.0)
+        w_hi = np.minimum(np.nan_to_num(I.up(hi / I.down(hi + others_lo)), nan=1.0), 1.0)
+    c = w_lo + 0.5 * (w_hi - w_lo)
+    r = I.up(np.maximum(I.up(w_hi - c), I.up(c - w_lo)))
+    rows = [table[tok, pid].center_radius() for tok, pid in slots]
+    u = np.stack([m for m, _ in rows], axis=1)  # [C, S, ·]
+    rho = np.max([rad for _, rad in rows], axis=0)  # [C, ·]
+    ref = u[np.arange(len(u)), np.argmax(c, axis=1)]  # the heaviest key's row: its generator is 0
+    D = Iv.exact(u) - Iv.exact(ref[:, None])
+    centre = Iv.exact(ref) + (Iv.exact(c[..., None]) * D).sum(axis=1)
+    G, G_err = (Iv.exact(r[..., None]) * D).center_radius()
+    return centre, G, I.up_add(rho, A.sum_up(G_err, 1))
+
+
+def hull(centre: Iv, G: np.ndarray, box: np.ndarray) -> Iv:
+    """The interval hull of ``centre + Σ_k ε_k·G_k + box`` (G [C, S, ·])."""
+    r = I.up_add(A.sum_up(np.abs(G), 1), box)
+    return Iv(I.down(centre.lo - r), I.up(centre.hi + r))
+
+
+def intersect(x: Iv, y: Iv) -> Iv:
+    """Two enclosures of the same numbers: their intersection."""
+    return Iv(np.maximum(x.lo, y.lo), np.minimum(x.hi, y.hi))
 
 
 def widened(x: A.Affine, radius: np.ndarray | None) -> A.Affine:
