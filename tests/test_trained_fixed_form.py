@@ -19,7 +19,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lengthgen.proof.interval import Iv
-from lengthgen.proof.trained_affine import fixed_form, hull
+from lengthgen.proof.trained import Layout, PositionCertifier
+from lengthgen.proof.trained_affine import attention_form, fixed_form, hull
+from lengthgen.proof.trained_tables import Tables
+from lengthgen.tasks import ADDITION
+from tests.test_trained_float_wiring import N_KEYS, pair  # noqa: F401 (pair: a fixture)
 
 SLACK = 1e-9  # the least-squares solve in floats: how far outside the box its point may land
 
@@ -121,3 +125,31 @@ def test_the_box_holds_the_rows_radius_and_not_more():
     assert np.all(np.abs(G) < 1e-15)
     assert np.allclose(box[0], [0.25, 0.0], rtol=1e-12, atol=1e-15)
     assert np.allclose(centre.lo[0], [2.0, -1.0], rtol=1e-15) and np.allclose(centre.hi[0], [2.0, -1.0], rtol=1e-15)
+
+
+def test_the_attention_form_carries_each_heads_fixed_form(pair):
+    """In the tail's residual after attention, each head's fixed keys' mean enters whole: its
+    generators among the form's and its box in the form's box (dropped, the rows' radius would be
+    lost: no forward pass sees it, since torch rounds far below it). A small random model with two
+    heads, N = 2, every key fixed (a window of both significances), the real-number certificate on
+    the float32 tables, whose rows carry their rounding: the form's box is then the two heads' boxes
+    and the residual's radius (up to the centre's rounding), nothing else."""
+    real, flt = pair
+    lay = Layout(2, 2, ADDITION.EOS, ADDITION.PLUS, ADDITION.EQUALS)
+    cert = PositionCertifier(real, Tables.build(flt, N_KEYS), lay, max_width=2)
+    p = cert.inputs(0)
+    rows = np.arange(6)
+    slots, tq = [(tok[rows], pid) for tok, pid in p.slots], p.query_tok[rows]
+    assert all(not np.any(cert.fixed_mean(k, slots, tq)[1]) for k in p.heads)  # no free key
+    x = attention_form(cert, p.heads, slots, tq, cert.t.resid[:, p.qid][tq])
+    boxes = []
+    for h, k in enumerate(p.heads):
+        _, G, box = fixed_form(k, slots, tq, cert.t.out[h])
+        boxes.append(box)
+        for s in range(G.shape[1]):
+            assert any(np.array_equal(x.G[:, j], G[:, s]) for j in range(x.G.shape[1])), (h, s)
+    both = boxes[0] + boxes[1]
+    assert np.all(both > 1e-7)  # the float32 tables' rounding
+    _, resid_radius = cert.t.resid[:, p.qid][tq].center_radius()  # the embedding sum's rounding
+    assert np.all(x.b >= both + resid_radius)
+    assert np.all(x.b <= (both + resid_radius) * (1 + 1e-6) + 1e-12)

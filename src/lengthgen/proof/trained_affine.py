@@ -64,7 +64,7 @@ def attention_form(cert, heads: list[dict], slots, tq: np.ndarray, resid: Iv) ->
         gens += [gm[:, None, :], rows]
         box = I.up_add(box, I.up_mul(2.0, gr), A.add_error(rows, 1), I.up_mul(lam[:, None], free["gens_err"][None]),
                        I.up_matmul_nonneg(I.up_mul(lam[:, None], R), np.abs(w.W_O[h])))
-    G = np.concatenate(gens, axis=1) if gens else np.zeros((len(tq), 0, resid.shape[-1]))
+    G = np.concatenate(gens, axis=1)  # every head adds its fixed keys' generators
     x = A.from_iv(centre, G, box, tuple(blocks))
     x.hull = I.up(np.maximum(I.up(plain.hi - x.c), I.up(x.c - plain.lo)))  # the plain pass's box
     return x if w.fmt is None else widened(x, cert.t.attention_rounding(plain))
@@ -96,9 +96,8 @@ def fixed_form(k: dict, slots, tq: np.ndarray, table: Iv) -> tuple[Iv, np.ndarra
     sum_hi = I.up(np.sum(hi, axis=1) * I.up_sum_factor(n))[:, None]  # ≥ Σ_j e⁺_j
     sum_lo = I.down(np.sum(lo, axis=1) / I.up_sum_factor(n))[:, None]  # ≤ Σ_j e⁻_j
     others_hi, others_lo = I.up(sum_hi - hi), np.maximum(I.down(sum_lo - lo), 0.0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        w_lo = np.nan_to_num(I.down(lo / I.up(lo + others_hi)), nan=0.0)
-        w_hi = np.minimum(np.nan_to_num(I.up(hi / I.down(hi + others_lo)), nan=1.0), 1.0)
+    w_lo = I.down(lo / I.up(lo + others_hi))  # fixed_mean refuses Σ e⁻ ≤ 0 first: no 0/0
+    w_hi = I.up(hi / I.down(hi + others_lo))
     c = w_lo + 0.5 * (w_hi - w_lo)
     r = I.up(np.maximum(I.up(w_hi - c), I.up(c - w_lo)))
     rows = [table[tok, pid].center_radius() for tok, pid in slots]
