@@ -23,7 +23,7 @@ from lengthgen.proof.trained import Layout, PositionCertifier
 from lengthgen.proof.trained_affine import attention_form, fixed_form, hull
 from lengthgen.proof.trained_tables import Tables
 from lengthgen.tasks import ADDITION
-from tests.test_trained_float_wiring import N_KEYS, pair  # noqa: F401 (pair: a fixture)
+from tests.test_trained_float_wiring import N_KEYS, small_model_pair
 
 SLACK = 1e-9  # the least-squares solve in floats: how far outside the box its point may land
 
@@ -127,14 +127,14 @@ def test_the_box_holds_the_rows_radius_and_not_more():
     assert np.allclose(centre.lo[0], [2.0, -1.0], rtol=1e-15) and np.allclose(centre.hi[0], [2.0, -1.0], rtol=1e-15)
 
 
-def test_the_attention_form_carries_each_heads_fixed_form(pair):
+def test_the_attention_form_carries_each_heads_fixed_form():
     """In the tail's residual after attention, each head's fixed keys' mean enters whole: its
     generators among the form's and its box in the form's box (dropped, the rows' radius would be
     lost: no forward pass sees it, since torch rounds far below it). A small random model with two
     heads, N = 2, every key fixed (a window of both significances), the real-number certificate on
     the float32 tables, whose rows carry their rounding: the form's box is then the two heads' boxes
     and the residual's radius (up to the centre's rounding), nothing else."""
-    real, flt = pair
+    real, flt = small_model_pair()
     lay = Layout(2, 2, ADDITION.EOS, ADDITION.PLUS, ADDITION.EQUALS)
     cert = PositionCertifier(real, Tables.build(flt, N_KEYS), lay, max_width=2)
     p = cert.inputs(0)

@@ -33,6 +33,12 @@ TOL = 2e-6  # relative: FLOAT_TERM_INFLATION (1 + 2^-20) on gamma and theta
 
 @pytest.fixture(scope="module")
 def pair():
+    return small_model_pair()
+
+
+def small_model_pair() -> tuple[OneLayer, OneLayer]:
+    """A small random 1-layer model (d_model 8, two heads, LayerNorm, GELU) without and with the
+    float32 format."""
     torch.manual_seed(0)
     cfg = TransformerConfig(d_vocab=len(ADDITION.vocab), d_model=8, n_heads=2, d_head=4, d_mlp=16, n_ctx=12,
                             normalization="LN", act_fn="gelu")
