@@ -99,7 +99,8 @@ ADDITION_TESTS = (
 # defaults, the interface, the MLPs, the magnitude guard: about 6 s; the analysis' refusals and
 # limits, and its paths against the interpreter: about 5 s; affine forms and folding, the order
 # of a lookup's inputs, an int equal to a float: about 1 s)
-RASP_TESTS = ("tests/test_rasp_weights_compact.py", "tests/test_rasp_weights_heads.py", "tests/test_rasp_weights_api.py",
+RASP_TESTS = ("tests/test_rasp_weights_guards.py", "tests/test_rasp_weights_compact.py",
+              "tests/test_rasp_weights_heads.py", "tests/test_rasp_weights_api.py",
               "tests/test_rasp_weights_mlp.py",
               "tests/test_rasp_weights_precision.py", "tests/test_rasp_weights_limits.py",
               "tests/test_rasp_weights_compiler.py", "tests/test_rasp_weights_programs.py",
