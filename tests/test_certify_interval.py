@@ -194,3 +194,13 @@ def test_up_add_bounds_sums_that_round_down() -> None:
     exact = sum((_frac(t) for t in terms[1:]), _frac(terms[0]))
     assert all(Fraction(float(g)) >= e for g, e in zip(I.up_add(*terms), exact))
     assert float((terms[0] + terms[1] + terms[2])[0]) == 1.0  # plain addition loses them
+
+
+def test_intersect_keeps_the_tighter_end_of_each_side_and_a_nan_end_gives_way():
+    """Two enclosures of the same numbers meet: the larger lower end, the smaller upper end; an end
+    that is NaN (an enclosure whose float arithmetic met inf − inf: no bound) takes the other's."""
+    a = I.Iv(np.array([0.0, -1.0, np.nan, 2.0]), np.array([3.0, 5.0, 4.0, np.nan]))
+    b = I.Iv(np.array([1.0, -2.0, 0.5, 1.0]), np.array([4.0, 2.0, np.nan, 6.0]))
+    both = a.intersect(b)
+    assert np.array_equal(both.lo, [1.0, -1.0, 0.5, 2.0])
+    assert np.array_equal(both.hi, [3.0, 2.0, 4.0, 6.0])

@@ -5,10 +5,11 @@ their enclosures (end points and corners included). The form must hold it: there
 coefficients |ε_k| ≤ 1 with the mean inside centre + Σ ε_k·G_k ± box. With as many coordinates as
 keys the generators are independent, so where the rows are exact (the box is rounding only) the
 coefficients are the least-squares solution, checked again in rationals; where they are not, the
-mean must lie in the form's interval hull, and the box must be the rows' largest radius. The weight ranges must also be reached (a key at the bottom of its enclosure
-while every other sits at its top has coefficient −1): generators shrunk by any factor fail the
-first test, and generators that do not reach the extremes fail the second. The reference key (the
-heaviest) has a zero generator, and the other keys' generators are independent.
+mean must lie in the form's interval hull, and the box must be the rows' largest radius. The
+weight ranges must also be reached (a key at the bottom of its enclosure while every other sits
+at its top has coefficient −1): generators shrunk by any factor fail the first test, and
+generators that do not reach the extremes fail the second. The reference key (the heaviest) has
+a zero generator, and the other keys' generators are independent.
 """
 from __future__ import annotations
 
@@ -18,9 +19,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lengthgen.proof import affine as A
 from lengthgen.proof.interval import Iv
 from lengthgen.proof.trained import Layout, PositionCertifier
-from lengthgen.proof.trained_affine import attention_form, fixed_form, hull
+from lengthgen.proof.trained_affine import attention_form, fixed_form
 from lengthgen.proof.trained_tables import Tables
 from lengthgen.tasks import ADDITION
 from tests.test_trained_float_wiring import N_KEYS, small_model_pair
@@ -90,7 +92,7 @@ def test_the_form_holds_the_exact_mean_anywhere_in_the_enclosures(case):
     u = [[Fraction(float(c)) + Fraction(t) * Fraction(float(r)) for c, r, t in zip(rows_c[k], rows_r[k], at_u[k])]
          for k in range(S)]
     mean = exact_mean(e, u)
-    h = hull(centre, G, box)
+    h = A.from_iv(centre, G, box).box()  # the form's interval hull
     assert all(Fraction(float(h.lo[0, i])) <= m <= Fraction(float(h.hi[0, i])) for i, m in enumerate(mean))
     zero = np.flatnonzero(np.all(G[0] == 0, axis=1))
     assert len(zero) >= 1  # the reference key's generator

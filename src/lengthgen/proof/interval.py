@@ -179,6 +179,11 @@ class Iv:
     def min(self, axis: int) -> "Iv":
         return Iv(self.lo.min(axis), self.hi.min(axis))
 
+    def intersect(self, other: "Iv") -> "Iv":
+        """Two enclosures of the same numbers: their intersection (a NaN end point, no bound, gives
+        way to the other's)."""
+        return Iv(np.fmax(self.lo, other.lo), np.fmin(self.hi, other.hi))
+
     def center_radius(self) -> tuple[np.ndarray, np.ndarray]:
         """A float ``c`` and an upper bound ``r`` with [lo, hi] ⊆ [c − r, c + r]."""
         c = self.lo + 0.5 * (self.hi - self.lo)

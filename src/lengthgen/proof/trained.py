@@ -323,8 +323,8 @@ class PositionCertifier:
             with np.errstate(invalid="ignore", over="ignore"):
                 sub = affine_differences(self, heads, [(tok[g], pid) for tok, pid in slots], tq,
                                          self.t.resid[:, qid][tq], target[g])
-            diff.lo[rows] = np.fmax(diff.lo[rows], sub.lo)  # both enclose the same numbers; NaN: no news
-            diff.hi[rows] = np.fmin(diff.hi[rows], sub.hi)
+            both = diff[rows].intersect(sub)  # both enclose the same numbers
+            diff.lo[rows], diff.hi[rows] = both.lo, both.hi
 
     def _head_constants(self, s: Iv, h: int, slots, free) -> dict:
         """Per query token: a reference score (the largest possible fixed-key score) and the bound W⁺

@@ -45,15 +45,15 @@ def attention_form(cert, heads: list[dict], slots, tq: np.ndarray, resid: Iv) ->
     gens, blocks, box = [], [], np.zeros(resid.shape)
     plain = centre
     for h, k in enumerate(heads):
-        plain = plain + cert._head(k, slots, tq)[0]
-        _, lam = cert.fixed_mean(k, slots, tq, "eo")
+        head, lam = cert._head(k, slots, tq)
+        plain = plain + head
         fixed, fixed_gens, fixed_box = fixed_form(k, slots, tq, cert.t.out[h])
         centre = centre + fixed
         gens.append(fixed_gens)
         box = I.up_add(box, fixed_box)
         if not np.any(lam):
             continue
-        fixed_v = intersect(cert.fixed_mean(k, slots, tq, "ev")[0], hull(*fixed_form(k, slots, tq, cert.t.value[h])))
+        fixed_v = cert.fixed_mean(k, slots, tq, "ev")[0].intersect(A.from_iv(*fixed_form(k, slots, tq, cert.t.value[h])).box())
         free = k["free_v"]
         m, R = (free["centre"] - fixed_v).center_radius()  # s − Σ τ_i·h_i·b_i ∈ m ± R
         g = I.matmul(Iv.exact(m), w.W_O[h]) * (Iv.exact(lam) * 0.5)[:, None]  # ∋ (λ⁺/2)·m·W_O
@@ -84,8 +84,9 @@ def fixed_form(k: dict, slots, tq: np.ndarray, table: Iv) -> tuple[Iv, np.ndarra
         Σ_k w_k·u_k = ū + Σ_k c_k·(ũ_k − ū) + Σ_k ε_k·r_k·(ũ_k − ū) + Σ_k w_k·δ_k,   |ε_k| ≤ 1,
 
     and |Σ_k w_k·δ_k| ≤ max_k ρ_k coordinatewise. The reference is the centre of the key with the
-    largest c_k, whose generator is then 0: the other S − 1 are independent. The quotient Σ e_k·u_k / Σ e_k of two intervals
-    forgets that the weights sum to 1, and its width grows with every weight's relative width
+    largest c_k, whose generator is then 0: the other S − 1 are independent. The quotient
+    Σ e_k·u_k / Σ e_k of two intervals forgets that the weights sum to 1, and its width grows
+    with every weight's relative width
     (about 10^-3 wide in the float32 statement, where each score carries its rounding): kept as
     S generators along the keys' own rows, the weights' uncertainty moves the residual only inside
     their span."""
@@ -108,17 +109,6 @@ def fixed_form(k: dict, slots, tq: np.ndarray, table: Iv) -> tuple[Iv, np.ndarra
     centre = Iv.exact(ref) + (Iv.exact(c[..., None]) * D).sum(axis=1)
     G, G_err = (Iv.exact(r[..., None]) * D).center_radius()
     return centre, G, I.up_add(rho, A.sum_up(G_err, 1))
-
-
-def hull(centre: Iv, G: np.ndarray, box: np.ndarray) -> Iv:
-    """The interval hull of ``centre + Σ_k ε_k·G_k + box`` (G [C, S, ·])."""
-    r = I.up_add(A.sum_up(np.abs(G), 1), box)
-    return Iv(I.down(centre.lo - r), I.up(centre.hi + r))
-
-
-def intersect(x: Iv, y: Iv) -> Iv:
-    """Two enclosures of the same numbers: their intersection."""
-    return Iv(np.maximum(x.lo, y.lo), np.minimum(x.hi, y.hi))
 
 
 def widened(x: A.Affine, radius: np.ndarray | None) -> A.Affine:
