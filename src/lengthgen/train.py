@@ -30,44 +30,19 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from . import task_batches
 from .data import DataError, SCHEMES, parse_digit_range
-from .decode import decided_argmax
 from .distributed import World, from_environment
 from .model import Transformer
 from .cli import non_negative_integer, run_cli, torch_device
 from .runs import OneLineParser, RunError, command_line, fail, latest_checkpoint, load_optimizer, read_json, save_checkpoint, write_json
-from .train_config import POS_INITS, TrainConfig, build_model, lr_at, make_optimizer  # noqa: F401  (public API)
+from .loss import masked_loss  # noqa: F401  (public API)
+from .train_config import POS_INITS, TrainConfig, build_model, entropy_weight_at, lr_at, make_optimizer  # noqa: F401  (public API)
 from .weights import WeightFileError, load_model, save_model
 
 PROG = "python -m lengthgen.train"
 INTERRUPTED = 130
-
-
-def masked_loss(model: torch.nn.Module, tokens: torch.Tensor, pos: torch.Tensor | None, mask: torch.Tensor,
-                world: World = World()) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Cross-entropy over the masked next-token predictions: (the loss to differentiate, the loss of
-    the whole batch, token accuracy, exact match). One process: the mean over the batch's masked
-    tokens. Several (``world``, :mod:`lengthgen.distributed`): this rank's share of that mean, scaled
-    so that DDP's average over the ranks is the one-process gradient; the other three are the
-    whole batch's, summed over the ranks."""
-    logits = model(tokens[:, :-1], None if pos is None else pos[:, :-1])
-    targets = tokens[:, 1:]
-    with torch.no_grad():
-        hit = decided_argmax(logits) == targets  # the project's one rule for "right" (lengthgen.decode)
-        right = hit | ~mask
-    if not world.distributed:
-        loss = F.cross_entropy(logits[mask], targets[mask])
-        tok_acc = (hit & mask).sum() / mask.sum()
-        return loss, loss.detach(), tok_acc, right.all(dim=1).float().mean()
-    ce_sum = F.cross_entropy(logits[mask], targets[mask], reduction="sum")
-    counts = torch.stack([ce_sum.detach().double(), mask.sum().double(), (hit & mask).sum().double(),
-                          right.all(dim=1).sum().double(), torch.tensor(float(len(tokens)), device=tokens.device)])
-    total, n_masked, n_hit, n_right, rows = world.sum(counts).unbind()
-    loss = ce_sum * world.size / n_masked.to(ce_sum.dtype)
-    return loss, (total / n_masked).float(), (n_hit / n_masked).float(), (n_right / rows).float()
 
 
 VAL_SEED = 12345  # validation additions; the test sets of lengthgen.evaluate use seed 999
@@ -182,13 +157,16 @@ def train(cfg: TrainConfig, out: Path, *, resume: bool = False, stop_after: int 
                 lr = lr_at(step, cfg)
                 for group in opt.param_groups:
                     group["lr"] = lr * group["lr_scale"]
-                loss, batch_loss, tok_acc, em = masked_loss(net, tokens, pos, mask, world)
+                loss, batch_loss, tok_acc, em, ent = masked_loss(net, tokens, pos, mask, world,
+                                                          entropy_weight_at(step, cfg) if cfg.attn_entropy else None)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
                 opt.step()
                 step += 1
                 vals = {"loss": batch_loss.item(), "acc": tok_acc.item(), "em": em.item()}
+                if cfg.attn_entropy:
+                    vals["attn_entropy"] = ent.item()
                 ema.update({k: v if k not in ema else 0.9 * ema[k] + 0.1 * v for k, v in vals.items()})
                 if step % cfg.log_every == 0 or step == cfg.steps:
                     state["log"].append({"step": step, "lr": lr, **{k: round(v, 5) for k, v in ema.items()},
@@ -284,6 +262,12 @@ def parser() -> OneLineParser:
     p.add_argument("--pack-problems", type=int, default=d.pack_problems, metavar="K",
                    help="addition only: a packed row holds 2 to K additions (K >= 3 lets queries meet many more "
                         "far keys; docs/training.md)")
+    p.add_argument("--attn-entropy", type=float, default=d.attn_entropy, metavar="BETA",
+                   help="add BETA times the mean attention entropy (nats) of the answer queries to the loss: "
+                        "sharper heads, which the trained-model certificate needs at long lengths (docs/training.md)")
+    p.add_argument("--attn-entropy-start", type=float, default=d.attn_entropy_start, metavar="F",
+                   help="the entropy weight is 0 for the first F of the steps, then rises linearly to BETA "
+                        "halfway to the end")
     p.add_argument("--out", required=True, help="run directory (e.g. runs/NAME)")
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out with its stored settings (a flag that contradicts them is refused)")

@@ -57,6 +57,8 @@ class TrainConfig:
     keep_best: bool = False  # keep the weights with the lowest validation loss at the longest val length
     pack: float = 0.0  # fraction of coupled training rows holding two additions (data.packed_training_batch)
     pack_problems: int = 2  # most additions in one packed row (3 or more: lengthgen.packing.packed_rows)
+    attn_entropy: float = 0.0  # weight of the answer queries' mean attention entropy in the loss
+    attn_entropy_start: float = 0.5  # fraction of the steps before the entropy weight starts to rise
 
     def validate(self) -> None:
         get_task(self.task)
@@ -82,6 +84,10 @@ class TrainConfig:
             vlo, vhi = parse_digit_range(self.val_digits)
             if self.positions in ("coupled", "ape") and vhi > self.max_digits:
                 raise DataError(f"--val-digits {self.val_digits} exceeds --max-digits {self.max_digits}")
+        if not (math.isfinite(self.attn_entropy) and self.attn_entropy >= 0):
+            raise DataError(f"--attn-entropy is a weight: a finite number >= 0, got {self.attn_entropy}")
+        if not 0 <= self.attn_entropy_start < 1:
+            raise DataError(f"--attn-entropy-start is a fraction of the steps: 0 <= F < 1, got {self.attn_entropy_start}")
         if self.pos_init not in POS_INITS:
             raise DataError(f"unknown --pos-init {self.pos_init!r}; choose one of {', '.join(POS_INITS)}")
         if not 0 <= self.pack <= 1:
@@ -143,6 +149,16 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     progress = (step - warm) / max(1, cfg.steps - warm)
     floor = cfg.min_lr_ratio
     return cfg.lr * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def entropy_weight_at(step: int, cfg: TrainConfig) -> float:
+    """The attention-entropy weight at ``step``: 0 until ``attn_entropy_start``·steps (the heads first
+    learn what to read; a penalty from step 0 makes them commit to arbitrary keys and stalls
+    training), then rising linearly to ``attn_entropy`` halfway between that step and the last, and
+    constant after."""
+    begin = cfg.attn_entropy_start * cfg.steps
+    full = (begin + cfg.steps) / 2
+    return cfg.attn_entropy * min(1.0, max(0.0, (step - begin) / max(full - begin, 1.0)))
 
 
 def make_optimizer(model: Transformer, cfg: TrainConfig) -> torch.optim.Optimizer:
