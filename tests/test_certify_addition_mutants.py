@@ -442,3 +442,45 @@ def test_a_shared_cache_gives_the_fresh_numbers_after_a_small_change(which: str)
             param.mul_(1.01)
     fresh = certify(model, 2, "real")
     assert _numbers(certify(model, 2, "real", cache=cache)) == _numbers(fresh), which
+
+
+def _with_tail_base(monkeypatch, value: float) -> None:
+    """attention_float_terms, with the (F2) tail's scale set to ``value`` on every coordinate."""
+    import constructions.addition.certify.margins as margins
+    real = margins.attention_float_terms
+
+    def scaled(*args, **kwargs):
+        terms = real(*args, **kwargs)
+        terms.tail_base = np.full_like(terms.tail_base, value)
+        return terms
+
+    monkeypatch.setattr(margins, "attention_float_terms", scaled)
+
+
+def test_the_float_tail_term_reaches_the_deviation_of_every_class(monkeypatch) -> None:
+    """The (F2) tail 2·min(2λ, cap)·tail_base is part of each class's float deviation: with an
+    infinite tail scale the certificate must FAIL (a bound is not finite), not PASS on the
+    deviations without it."""
+    assert certify(_model(), N, "float32").passed  # the unchanged float32 certificate passes
+    _with_tail_base(monkeypatch, np.inf)
+    cert = _failed(_model(), N, "float32")
+    assert (cert.reason, cert.message) == ("float", "a bound is not finite (overflow in the float term)")
+
+
+def test_every_coordinate_the_float_tail_can_move_is_checked(monkeypatch) -> None:
+    """The FFN tables check the residual coordinates that attention's ranges, the residual's
+    rounding or the (F2) tail can move. A tail scale of 10^6 on every coordinate (far above the
+    other two) must put every coordinate into the check."""
+    import constructions.addition.certify.margins as margins
+    seen: list[np.ndarray] = []
+    real = margins.ffn_tables
+
+    def recording(W, spec, pos_in, pos_logit, coords):
+        seen.append(np.asarray(coords).copy())
+        return real(W, spec, pos_in, pos_logit, coords)
+
+    monkeypatch.setattr(margins, "ffn_tables", recording)
+    _with_tail_base(monkeypatch, 1e6)
+    model = _model()
+    certify(model, N, "float32")
+    assert seen and all(c.tolist() == list(range(model.cfg.d_model)) for c in seen)
