@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -23,7 +24,7 @@ from lengthgen.proof.layers import affine_exact, gelu
 from lengthgen.proof.trained import Layout, PositionCertifier
 from lengthgen.proof.trained_affine import attention_form, tail_forms
 from lengthgen.proof.trained_tables import LN_EPS, OneLayer, Tables
-from lengthgen.runs import load_checkpoint
+from lengthgen.runs import RunError, load_checkpoint
 from lengthgen.tasks import ADDITION
 
 STAGES = ("attention", "ln2", "hidden", "mlp", "ln_final", "logit diff")
@@ -77,13 +78,18 @@ def position(cert: PositionCertifier, r: int, configs: int) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--checkpoint", default="addition_coupled_1l2h_packed")
+    p.add_argument("--checkpoint", default="addition_coupled_1l2h_packed",
+                   help="a name under checkpoints/, or a run directory or weight file")
     p.add_argument("--digits", type=int, default=5)
     p.add_argument("--positions", type=int, nargs="*")
     p.add_argument("--configs", type=int, default=256)
     args = p.parse_args()
     torch.set_num_threads(1)
-    model, _, _ = load_checkpoint(f"checkpoints/{args.checkpoint}", args.digits)
+    spec = args.checkpoint if Path(args.checkpoint).exists() else f"checkpoints/{args.checkpoint}"
+    try:
+        model, _, _ = load_checkpoint(spec, args.digits)
+    except RunError as exc:
+        raise SystemExit(f"bench_affine_widths.py: {exc}") from None
     w = OneLayer.from_model(model)
     lay = Layout(args.digits, 2, ADDITION.EOS, ADDITION.PLUS, ADDITION.EQUALS)
     cert = PositionCertifier(w, Tables.build(w), lay)
