@@ -195,7 +195,7 @@ MULTIPLICATION_CHAIN_TESTS = (
 TRAINED_TESTS = (
     "tests/test_trained_fixed_form.py", "tests/test_trained_float_wiring.py", "tests/test_trained_float_steps.py", "tests/test_trained_float_stages.py",
     "tests/test_proof_layers.py", "tests/test_affine_tail.py", "tests/test_trained_attention_form.py",
-    "tests/test_trained_mutants.py", "tests/test_trained_enclosures.py",
+    "tests/test_trained_mutants.py", "tests/test_trained_enclosures.py", "tests/test_log_length_attention.py",
     *(f"tests/test_certify_trained.py::test_{t}" for t in (
         "near_ties_within_the_decision_margin_are_not_proven", "affine_tail_encloses_forward_passes_with_pessimal_keys",
         "planted_defect_is_found_with_a_real_counterexample", "construction_proven_exact_through_the_generic_path",

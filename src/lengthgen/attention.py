@@ -83,6 +83,24 @@ def causal_mask(
     return visibility_mask(lk - lq, lk, 0, lk, window, device)
 
 
+def log_key_counts(n_queries: int, n_keys: int, causal: bool, like: torch.Tensor,
+                   filled: torch.Tensor | None = None) -> torch.Tensor:
+    """``ln t`` for each query row, shape ``[Lq, 1]`` in ``like``'s dtype and device: ``t`` is the
+    number of keys the query sees (``q_offset + r + 1`` causal, ``Lk`` non-causal; with a static
+    KV cache, ``filled + 1`` for its single query). Multiplying the queries by it is log-length
+    scaled attention (Chiang & Cholak 2022, "Overcoming a Theoretical Limitation of
+    Self-Attention"; Nakanishi 2025's Scalable-Softmax without its learned factor): the gap a
+    head keeps between its chosen keys and the others grows with ln t, so the share the many
+    other keys of a long input can take does not. Computed in float64, then rounded once."""
+    if filled is not None:
+        t = (filled.to(torch.float64) + 1).reshape(1)
+    elif causal:
+        t = torch.arange(n_keys - n_queries + 1, n_keys + 1, dtype=torch.float64, device=like.device)
+    else:
+        t = torch.full((n_queries,), float(n_keys), dtype=torch.float64, device=like.device)
+    return torch.log(t).to(like.dtype)[:, None]
+
+
 def dense_scores(
     q: torch.Tensor, k: torch.Tensor, scale: float, window: int | None = None, causal: bool = True,
     allowed: torch.Tensor | None = None,

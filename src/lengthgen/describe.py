@@ -55,7 +55,7 @@ def describe_model(model: Transformer, max_entries: int = 40) -> str:
     out.append(
         f"d_model={cfg.d_model}  layers={cfg.n_layers}  heads={cfg.n_heads}  d_head={cfg.d_head}  d_mlp={cfg.d_mlp}  "
         f"vocab={cfg.d_vocab}  positions={cfg.positional} (n_ctx={cfg.n_ctx})  "
-        f"attn_scale={cfg.attn_scale or 'sqrt(d_head)'}  norm={cfg.normalization}  act={cfg.act_fn}  dtype={cfg.dtype}"
+        f"attn_scale={cfg.attn_scale or 'sqrt(d_head)'}{'  scores x ln(keys seen)' if cfg.attn_log_length else ''}  norm={cfg.normalization}  act={cfg.act_fn}  dtype={cfg.dtype}"
     )
     if a.residual:
         out.append("\nResidual stream (named dimensions):")

@@ -14,7 +14,8 @@ Parameters, with TransformerLens names and shapes (state_dict keys equal TL's):
     unembed.W_U [d_model, d_vocab_out]  b_U [d_vocab_out]
 
 Attention scores are ``q·k / attn_scale`` (TL convention; ``attn_scale=None`` means
-``sqrt(d_head)``; hand-built constructions use 1). Short sequences use the explicit-softmax path;
+``sqrt(d_head)``; hand-built constructions use 1), times ``ln t`` with ``attn_log_length`` (t: the
+keys the query sees; applied after ``hook_q``). Short sequences use the explicit-softmax path;
 long ones switch to the O(N·d) kernels of :mod:`lengthgen.attention` automatically.
 
 Activations pass through hook points with TL's names and shapes (:mod:`lengthgen.hooks`)::
@@ -41,7 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import dense_scores, long_attention
+from .attention import dense_scores, log_key_counts, long_attention
 from .hooks import HookedModule, HookPoint
 from .kv_cache import KVCache, StaticKVCache
 from .lens import LensMixin
@@ -78,6 +79,7 @@ class TransformerConfig:
     d_vocab_out: int | None = None
     dtype: str = "float32"
     causal: bool = True
+    attn_log_length: bool = False  # queries times ln(number of keys they see): attention.log_key_counts
 
     def __post_init__(self) -> None:
         if self.positional not in POSITIONAL_KINDS:
@@ -90,6 +92,8 @@ class TransformerConfig:
             raise ValueError(f"unknown dtype {self.dtype!r}; choose one of {tuple(DTYPES)}")
         if not self.causal and self.attn_windows is not None and any(w is not None for w in self.attn_windows):
             raise ValueError("attn_windows (Hard-ALiBi) need causal attention")
+        if self.attn_log_length and self.attn_windows is not None and any(w is not None for w in self.attn_windows):
+            raise ValueError("attn_log_length counts every earlier key; it does not combine with attn_windows")
         if self.attn_windows is not None and len(self.attn_windows) != self.n_heads:
             raise ValueError(f"attn_windows needs one entry per head ({self.n_heads}), got {self.attn_windows}")
         if self.d_vocab_out is None:
@@ -208,6 +212,8 @@ class Attention(nn.Module):
             k, v = cache.append(layer, k, v)
         groups = _window_groups(self.cfg.attn_windows or [None] * self.cfg.n_heads)
         static = isinstance(cache, StaticKVCache)  # one query over a fixed-size buffer: O(capacity) scores
+        if self.cfg.attn_log_length:
+            q = q * log_key_counts(q.shape[-2], k.shape[-2], self.cfg.causal, q, cache.filled if static else None)
         if static or q.shape[-2] * k.shape[-2] <= DENSE_ENTRIES_LIMIT:
             scores = self._scores(q, k, groups, cache if static else None)
             pattern = self.hook_pattern(torch.softmax(self.hook_attn_scores(scores), dim=-1))

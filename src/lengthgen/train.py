@@ -250,6 +250,9 @@ def parser() -> OneLineParser:
     p.add_argument("--pos-init", default=d.pos_init, help="W_pos initialization: normal (default) or sinusoidal "
                    "(Vaswani et al., same RMS; the table is still learned)")
     p.add_argument("--attn-scale", type=float, default=None, help="divide q.k by this (default sqrt(d-head))")
+    p.add_argument("--attn-log-length", action="store_true",
+                   help="multiply every score by ln(number of keys the query sees), so a head's gap grows with "
+                        "the input's length (log-length scaled attention; docs/training.md)")
     p.add_argument("--val-digits", default=None, help="log exact match on these lengths during training, e.g. 6-15")
     p.add_argument("--val-every", type=int, default=d.val_every, help="steps between --val-digits evaluations")
     p.add_argument("--val-samples", type=int, default=d.val_samples, help="examples per length at each validation")

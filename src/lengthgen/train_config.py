@@ -51,6 +51,7 @@ class TrainConfig:
     embed_std: float = 0.02  # init std of W_E and W_pos (the authors' T5 uses N(0, 1) for both)
     pos_init: str = "normal"  # W_pos init: "normal" N(0, embed_std), or "sinusoidal" (same RMS), still learned
     attn_scale: float | None = None  # None: sqrt(d_head); 1.0: unscaled scores (as in the authors' T5)
+    attn_log_length: bool = False  # scores times ln(number of keys the query sees)
     val_digits: str | None = None  # e.g. "6-15": exact match on these lengths logged every val_every steps
     val_every: int = 250
     val_samples: int = 200
@@ -100,6 +101,8 @@ class TrainConfig:
             raise DataError("--pack-problems needs --pack F > 0 (the fraction of rows that are packed)")
         if self.pack:
             check_pack_fits(hi, task_batches.table_size(self.task, self.positions, self.max_digits), self.pack_problems)
+        if self.attn_log_length and self.positions == "hard-alibi":
+            raise DataError("--attn-log-length counts every earlier key; it does not combine with --positions hard-alibi")
         if self.positions == "hard-alibi" and self.window < 1:
             raise DataError("--window must be at least 1")
 
@@ -124,6 +127,7 @@ class TrainConfig:
             n_ctx=task_batches.table_size(self.task, self.positions, self.max_digits),
             positional="learned" if self.positions in ("coupled", "ape") else "none",
             act_fn=self.act_fn, normalization=self.normalization, attn_windows=windows, attn_scale=self.attn_scale,
+            attn_log_length=self.attn_log_length,
         )
 
 

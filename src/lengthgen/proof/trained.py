@@ -66,6 +66,10 @@ class Layout:
     def query_id(self, r: int) -> int:
         return self.s + self.n - r
 
+    def keys_seen(self, r: int) -> int:
+        """Keys the query of answer position r sees: ``$ a + b =`` (2n + 3 tokens) and c_0..c_{r−1}."""
+        return 2 * self.n + 3 + r
+
     def digit_set(self, j: int) -> np.ndarray:
         """The digits an operand holds at significance j under the evaluation distribution."""
         return DIGITS[1:] if (j == self.n - 1 and self.n > 1) else DIGITS
@@ -229,7 +233,7 @@ class PositionCertifier:
         benchmarks and tests of single stages)."""
         lay = self.lay
         qid = lay.query_id(r)
-        scores = [self.t.scores(h, qid) for h in range(self.w.n_heads)]
+        scores = [self.t.scores(h, qid, lay.keys_seen(r)) for h in range(self.w.n_heads)]
         lo, hi = self._window(r, scores)
         a, b, carry, mult = configurations(lay, lo, hi)
         if refine is not None:

@@ -9,7 +9,7 @@ widened by its rounding, so that the tables, and :meth:`OneLayer.tail`, enclose 
 
 Covered: :class:`lengthgen.Transformer` with one causal layer, learned positions, no Hard-ALiBi
 windows, any number of heads, LayerNorm or no normalization, a GELU or ReLU MLP or none, scaled or
-unscaled q·k. Anything else raises :class:`~lengthgen.proof.weights.StructureError`.
+unscaled q·k, and log-length scaled q·k (``attn_log_length``) in real arithmetic. Anything else raises :class:`~lengthgen.proof.weights.StructureError`.
 """
 from __future__ import annotations
 
@@ -25,6 +25,20 @@ from .trained_float import FloatFormat, widen
 from .weights import StructureError, require_finite, to_float64
 
 LN_EPS = 1e-5  # lengthgen.model.LayerNorm
+#: relative room around ln t in :func:`log_length_factor`: the model's factor is ln t computed in
+#: float64 and rounded once to its dtype (lengthgen.attention.log_key_counts), within
+#: 2^-52 + 2^-24 relative of ln t; 2^-22 covers it and the exact ln t alike
+LOG_FACTOR_SLACK = 2.0 ** -22
+
+
+def log_length_factor(keys_seen: int) -> Iv:
+    """Enclosure of the factor a log-length scaled model (``attn_log_length``) puts on the queries of
+    a position that sees ``keys_seen`` keys: every number within :data:`LOG_FACTOR_SLACK` relative of
+    ln t, so the statement holds for the exact ln t and for the model's rounded one."""
+    if keys_seen < 1:
+        raise ValueError(f"a query sees at least one key (itself), not {keys_seen}")
+    f = I.log(Iv.exact(np.array([float(keys_seen)])))
+    return Iv(I.down(f.lo * (1 - LOG_FACTOR_SLACK)), I.up(f.hi * (1 + LOG_FACTOR_SLACK)))
 
 
 @dataclass
@@ -53,6 +67,7 @@ class OneLayer:
     W_U: np.ndarray
     b_U: np.ndarray
     scale: Iv  # the exact multiplier of q·k: 1/sqrt(d_head) or 1/attn_scale
+    log_length: bool = False  # queries also times ln(keys seen) (TransformerConfig.attn_log_length)
     # the float format of the forward pass the statement is about (lengthgen.proof.trained_float);
     # None: the exact real-number function of the weights
     fmt: FloatFormat | None = None
@@ -65,6 +80,9 @@ class OneLayer:
         if cfg.positional != "learned" or cfg.attn_windows is not None or not cfg.causal:
             raise StructureError("the trained-model certificate covers causal models with learned positions and "
                                  "no Hard-ALiBi windows")
+        if cfg.attn_log_length and fmt is not None:
+            raise StructureError("the float statement does not cover log-length scaled attention (attn_log_length) "
+                                 "yet; certify this model in real arithmetic")
         f = to_float64
         blk = model.blocks[0]
         a = blk.attn
@@ -79,7 +97,7 @@ class OneLayer:
             f(model.embed.W_E), f(model.pos_embed.W_pos), f(a.W_Q), f(a.b_Q), f(a.W_K), f(a.b_K),
             f(a.W_V), f(a.b_V), f(a.W_O), f(a.b_O), norm(blk.ln1), norm(blk.ln2), norm(model.ln_final),
             *(f(p) for p in (mlp.W_in, mlp.b_in, mlp.W_out, mlp.b_out)) if mlp is not None else (None,) * 4,
-            cfg.act_fn, f(model.unembed.W_U), f(model.unembed.b_U), scale, fmt))
+            cfg.act_fn, f(model.unembed.W_U), f(model.unembed.b_U), scale, cfg.attn_log_length, fmt))
 
     @property
     def n_heads(self) -> int:
@@ -148,6 +166,7 @@ class Tables:
     fmt: FloatFormat | None = None
     n_keys: int = 1  # with a float format: at most this many keys per query (the softmax's sums)
     attn_error: np.ndarray | None = None  # with a float format: the float part of the attention output [d]
+    log_length: bool = False  # OneLayer.log_length: scores need the query's count of keys
 
     @classmethod
     def build(cls, w: OneLayer, n_keys: int = 1) -> "Tables":
@@ -164,7 +183,7 @@ class Tables:
             v = w.linear(flat, w.W_V[h], w.b_V[h], I.affine)
             value.append(shape(v))
             out.append(shape(I.matmul(v, w.W_O[h])))
-        tables = cls(resid, query, key, value, out, w.fmt, n_keys)
+        tables = cls(resid, query, key, value, out, w.fmt, n_keys, log_length=w.log_length)
         if w.fmt is not None:
             tables.attn_error = tables.attention_error(w)
         return tables
@@ -192,9 +211,14 @@ class Tables:
         """``resid_mid`` widened by :meth:`attention_rounding` (itself without a float format)."""
         return resid_mid if self.fmt is None else widen(resid_mid, self.attention_rounding(resid_mid))
 
-    def scores(self, h: int, query_id: int) -> Iv:
-        """Scores [query token, key token, key ID] of head h for queries at ``query_id``."""
+    def scores(self, h: int, query_id: int, keys_seen: int | None = None) -> Iv:
+        """Scores [query token, key token, key ID] of head h for queries at ``query_id``; a
+        log-length scaled model also needs ``keys_seen``, the keys the query sees."""
         q = self.query[h][:, query_id]  # [V, e]
+        if self.log_length:
+            if keys_seen is None:
+                raise ValueError("a log-length scaled model's scores depend on how many keys the query sees")
+            q = q * log_length_factor(keys_seen)
         k = self.key[h]
         V, P, e = k.shape
         kt = Iv(k.lo.reshape(V * P, e).T, k.hi.reshape(V * P, e).T)
