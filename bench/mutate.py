@@ -349,6 +349,14 @@ def _selected(name: str, patterns: list[str] | None) -> bool:
     return patterns is None or any(fnmatch.fnmatchcase(name, p) for p in patterns)
 
 
+def last_selection(name: str) -> list[str] | None:
+    """The ``--mutants`` patterns of the last run of part ``name`` in mutants/ (None: a full run), so
+    that ``--recheck`` and ``--report-only`` after a selected run stay within its mutants and write
+    ``PART-selected.md``, never the full part's report."""
+    path = ROOT / "mutants" / f"{name}.selected"
+    return path.read_text().split("\n") if path.exists() else None
+
+
 def collect(selected: list[str] | None = None) -> list[Mutant]:
     """Every mutant of the last run (with ``selected``, those whose names match one of the patterns)
     with its status, and the diff of those run and not killed (mutmut 3.8's own functions, in this
@@ -489,6 +497,7 @@ def run(name: str, report_only: bool = False, selected: list[str] | None = None)
             if not timing.exists():
                 sys.exit(f"mutants/ holds no run of part {name}: run it first")
             seconds = float(timing.read_text())
+            selected = last_selection(name)
         else:
             shutil.rmtree(ROOT / "mutants", ignore_errors=True)  # a fresh run: no results of another part
             (ROOT / "mutants").mkdir()
@@ -502,6 +511,8 @@ def run(name: str, report_only: bool = False, selected: list[str] | None = None)
                                stderr=subprocess.STDOUT, env=env)
             seconds = time.monotonic() - start
             (ROOT / "mutants" / f"{name}.seconds").write_text(f"{seconds:.1f}\n")
+            if selected:
+                (ROOT / "mutants" / f"{name}.selected").write_text("\n".join(selected))
         mutants = collect(selected)
     finally:
         CONFIG.unlink(missing_ok=True)
@@ -540,12 +551,13 @@ def recheck(name: str, tests: list[str], only: str = "*") -> None:
 
     if session("") != 0:
         sys.exit(f"{' '.join(tests)} fail on the code without mutants")
-    killed, checked = [], 0
+    killed, checked, selection = [], 0, last_selection(name)
     for meta in metas:
         data = json.loads(meta.read_text())
         for key, code in data["exit_code_by_key"].items():
             status = status_by_exit_code[code]
-            if status in ("survived", "no tests", *UNRUN) and fnmatch.fnmatchcase(key, only):
+            if (status in ("survived", "no tests", *UNRUN) and fnmatch.fnmatchcase(key, only)
+                    and _selected(key, selection)):  # after a --mutants run, the mutants it selected
                 checked += 1
                 if session(key) != 0:
                     data["exit_code_by_key"][key] = 1
@@ -554,7 +566,7 @@ def recheck(name: str, tests: list[str], only: str = "*") -> None:
                     data["exit_code_by_key"][key] = 0
         meta.write_text(json.dumps(data, indent=4))
     os.chdir(ROOT)
-    log = ROOT / "mutants" / f"{name}.recheck"
+    log = ROOT / "mutants" / f"{name}{'-selected' if selection else ''}.recheck"  # read by the report of that name
     which = "" if only == "*" else f" ({only})"
     log.write_text((log.read_text() if log.exists() else "") + f"{' '.join(tests)}: {checked} not killed before{which}, {len(killed)} killed\n")
 

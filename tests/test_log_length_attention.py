@@ -8,6 +8,7 @@ against ln t and the model's own float64 scores.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -23,6 +24,7 @@ from lengthgen.proof.trained import Layout, PositionCertifier
 from lengthgen.proof.trained_float import FloatFormat
 from lengthgen.proof.trained_tables import LOG_FACTOR_SLACK, OneLayer, Tables, log_length_factor
 from lengthgen.proof.weights import StructureError
+from lengthgen.runs import load_checkpoint
 from lengthgen.tasks import ADDITION
 from lengthgen.train_config import TrainConfig
 
@@ -125,7 +127,7 @@ def test_the_certificates_factor_holds_ln_t_and_its_roundings(t: int) -> None:
         assert f.lo[0] <= value <= f.hi[0]
     assert f.hi[0] - f.lo[0] <= 3 * LOG_FACTOR_SLACK * exact + 1e-300  # and no wider than its slack
     assert LOG_FACTOR_SLACK == 2.0 ** -22
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="^a query sees at least one key"):
         log_length_factor(0)
 
 
@@ -156,7 +158,25 @@ def test_the_certificates_scores_hold_the_models_scores_at_every_answer_query() 
                 lo, hi = s.lo[toks[i], toks[: i + 1], ids[: i + 1]], s.hi[toks[i], toks[: i + 1], ids[: i + 1]]
                 inside = np.all((lo <= measured) & (measured <= hi))
                 assert inside == holds, (r, h, seen)
-    with pytest.raises(ValueError, match="keys"):
+    with pytest.raises(ValueError, match="^a log-length scaled model's scores depend on how many keys"):
         tables.scores(0, lay.query_id(0))
     cert = PositionCertifier(w, tables, lay)
     assert cert.inputs(1).qid == lay.query_id(1)  # the certifier's own call passes the count
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_the_certificate_of_a_log_length_model_is_sound_on_every_pair(n: int) -> None:
+    """A committed checkpoint made log-length scaled (its queries divided by ln(2n + 5), the middle
+    answer query's factor, so that it still adds): every float64 logit difference of every pair lies
+    in its configuration's enclosure, every wrong answer is unproven, and the bound is at most the
+    exhaustive exact match and, with no key pessimal at N ≤ 2, within 0.01 of it."""
+    from tests.test_certify_trained import all_pairs, assert_sound
+
+    base, _, _ = load_checkpoint("checkpoints/addition_coupled_1l2h_packed_entropy_003", n)
+    model = Transformer(dataclasses.replace(base.cfg, attn_log_length=True))
+    model.load_state_dict(base.state_dict())
+    with torch.no_grad():
+        for p in (model.blocks[0].attn.W_Q, model.blocks[0].attn.b_Q):
+            p /= math.log(2 * n + 5)
+    out = assert_sound(model, n, all_pairs(n), exhaustive=True)
+    assert out["accuracy_lower_bound"] >= out["accuracy"] - 0.01 and out["accuracy"] > 0.9

@@ -73,3 +73,29 @@ def test_a_selected_run_names_its_command(tmp_path, monkeypatch) -> None:
     text = (tmp_path / "rasp-attention-selected.md").read_text()
     assert "Written by `python bench/mutate.py rasp-attention --mutants 'rasp.weights.heads.x_compact*'`" in text
     assert "1 mutants, killed 1," in text
+
+
+def test_a_recheck_after_a_selected_run_stays_within_its_selection(tmp_path, monkeypatch) -> None:
+    """After ``--mutants``, the selection is kept in mutants/: ``--report-only`` and ``--recheck``
+    read it, so the report is ``PART-selected.md`` (never the full part's report, which would then
+    count every unselected mutant as not run) and a recheck runs only selected mutants."""
+    mutate = module()
+    monkeypatch.setattr(mutate, "ROOT", tmp_path)
+    monkeypatch.setattr(mutate, "CONFIG", tmp_path / "setup.cfg")
+    monkeypatch.setattr(mutate, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(mutate, "EQUIVALENTS", tmp_path / "equivalent.txt")
+    (tmp_path / "results").mkdir()
+    (tmp_path / "mutants").mkdir()
+    assert mutate.last_selection("interval") is None
+    (tmp_path / "mutants" / "interval.seconds").write_text("3.0\n")
+    (tmp_path / "mutants" / "interval.selected").write_text("lengthgen.proof.interval.x_gamma*\nlengthgen.proof.interval.x_up*")
+    assert mutate.last_selection("interval") == ["lengthgen.proof.interval.x_gamma*", "lengthgen.proof.interval.x_up*"]
+    seen = []
+    monkeypatch.setattr(mutate, "collect", lambda selected=None: seen.append(selected) or
+                        [mutate.Mutant("lengthgen.proof.interval.x_gamma__mutmut_1", "killed")])
+    monkeypatch.setattr(mutate, "write_config", lambda part: None)
+    summary = mutate.run("interval", report_only=True)
+    assert seen == [["lengthgen.proof.interval.x_gamma*", "lengthgen.proof.interval.x_up*"]]
+    assert summary.startswith("interval-selected: 1 mutants")
+    assert (tmp_path / "results" / "interval-selected.md").exists()
+    assert not (tmp_path / "results" / "interval.md").exists()
