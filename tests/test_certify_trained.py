@@ -332,13 +332,15 @@ def test_widening_certifies_the_unproven_configurations_split_over_the_wider_win
         wide_cert.certify(r, refine=dataclasses.replace(parent, unproven_mass=parent.unproven_mass + Fraction(1, 8100)))
 
 
-def test_the_entropy_trained_model_is_proven_exact_on_every_5_digit_addition():
-    """checkpoints/addition_coupled_1l2h_packed_entropy_003 (trained on 1-10 digits with the
-    attention-entropy penalty 0.03, docs/training.md "Sharp attention for proofs") is PROVEN_EXACT
-    at N = 5 in real arithmetic with the default two-significance window: every one of the
-    8.1·10^9 five-digit additions. Soundness on 3000 random pairs: each real logit difference lies
-    in its configuration's enclosure and the model (float64, decision margin) is right on each."""
-    model, _, _ = load_checkpoint("checkpoints/addition_coupled_1l2h_packed_entropy_003", 5)
+@pytest.mark.parametrize("name", ["entropy_003", "entropy_001_late"])
+def test_the_entropy_trained_model_is_proven_exact_on_every_5_digit_addition(name):
+    """checkpoints/addition_coupled_1l2h_packed_entropy_003 and ..._entropy_001_late (trained on 1-10
+    digits with the attention-entropy penalty 0.03, or 0.01 from three quarters of the steps on,
+    docs/training.md "Sharp attention for proofs") are PROVEN_EXACT at N = 5 in real arithmetic with
+    the default two-significance window: every one of the 8.1·10^9 five-digit additions. Soundness
+    on 3000 random pairs: each real logit difference lies in its configuration's enclosure and the
+    model (float64, decision margin) is right on each."""
+    model, _, _ = load_checkpoint(f"checkpoints/addition_coupled_1l2h_packed_{name}", 5)
     rng = np.random.default_rng(5)
     pairs = [(int(a), int(b)) for a, b in rng.integers(10**4, 10**5, size=(3000, 2))]
     out = assert_sound(model, 5, pairs, exhaustive=False)

@@ -4,7 +4,7 @@ worked out by hand, a float64 forward pass):
 
 - :func:`lengthgen.proof.counterexamples.realize` and ``wrong_positions``: the operand pairs built
   from a local configuration, the answer positions a model misses;
-- the windows, their configurations and their exact probability, ``refining`` for ``--widen-to``;
+- the windows, their configurations and their exact probability, ``refined_configurations`` for ``--widen-to``;
 - the fixed and free keys, the window's widening, the decision at the margin, the refusals.
 
 The enclosures themselves: tests/test_trained_enclosures.py.
@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from constructions.addition.model import build_model
 from lengthgen.proof.counterexamples import realize, wrong_positions
 from lengthgen.proof.interval import Iv
-from lengthgen.proof.trained import Layout, PositionResult, configurations, propagate, refining
+from lengthgen.proof.trained import Layout, PositionResult, configurations, propagate, refined_configurations
 from lengthgen.tasks import ADDITION
 
 START = 2
@@ -159,7 +159,7 @@ def test_realized_pairs_reach_every_digit_outside_the_window():
 
 
 def refines_by_integers(parent_failed, pwin, lo, hi, a, b, carry) -> np.ndarray:
-    """The oracle of :func:`refining`: rebuild the pair's digits as integers, read the parent's window
+    """The oracle of :func:`refined_configurations`: rebuild the pair's digits as integers, read the parent's window
     digits and the carry into it with Python arithmetic."""
     plo, phi = pwin
     failed = {(tuple(int(x) for x in fa), tuple(int(x) for x in fb), int(fc)) for fa, fb, fc in parent_failed}
@@ -175,30 +175,38 @@ def refines_by_integers(parent_failed, pwin, lo, hi, a, b, carry) -> np.ndarray:
     return np.array(out)
 
 
-@pytest.mark.parametrize("pwin,win", [((2, 2), (1, 3)), ((2, 3), (1, 3)), ((1, 1), (1, 2)), ((3, 3), (1, 3)), ((0, 0), (0, 1))])
-def test_refining_selects_exactly_the_configurations_inside_an_unproven_one(pwin, win):
+@pytest.mark.parametrize("pwin,win", [((2, 2), (1, 3)), ((2, 3), (1, 3)), ((1, 1), (1, 2)), ((3, 3), (1, 3)),
+                                      ((0, 0), (0, 1)), ((1, 1), (0, 2)), ((3, 4), (2, 4))])
+def test_refined_configurations_are_exactly_those_inside_an_unproven_one(pwin, win):
+    """Against the integer oracle (the lead digit 1-9 at significance 4 of 5 digits): every refined
+    configuration is inside, each once, with :func:`configurations`' multiplicity; of 3000 random
+    configurations of the wider window, exactly those the oracle accepts are refined ones."""
     lay = layout(5)
     rng = np.random.default_rng(sum(pwin) + 7 * sum(win))
     pa, pb, pc, _ = configurations(lay, *pwin)
     pick = rng.choice(len(pa), size=min(25, len(pa)), replace=False)
     parent = PositionResult(0, pwin, len(pa), 0, Fraction(0), [(pa[i], pb[i], int(pc[i])) for i in pick])
-    a, b, carry, _ = configurations(lay, *win)
-    rows = rng.choice(len(a), size=min(3000, len(a)), replace=False)  # refining works row by row
-    a, b, carry = a[rows], b[rows], carry[rows]
-    keep = refining(parent, *win, a, b, carry)
-    assert keep.dtype == bool and keep.shape == (len(a),)
-    assert np.array_equal(keep, refines_by_integers(parent.failed, pwin, *win, a, b, carry))
-    assert keep.any()
-    none = refining(PositionResult(0, pwin, len(pa), len(pa), Fraction(0), []), *win, a, b, carry)
-    assert none.dtype == bool and none.shape == (len(a),) and not none.any()
+    a, b, carry, mult = configurations(lay, *win)
+    ra, rb, rc, rm = refined_configurations(lay, parent, *win)
+    assert ra.shape == rb.shape == (len(rc), win[1] - win[0] + 1) and rc.shape == rm.shape and len(rc)
+    got = [(tuple(x), tuple(y), int(k)) for x, y, k in zip(ra, rb, rc)]
+    assert len(got) == len(set(got)) and np.all(ra <= rb)
+    assert np.array_equal(rm, 2 ** np.sum(ra < rb, axis=1))  # as configurations counts ordered ones
+    some = rng.choice(len(rc), size=min(2000, len(rc)), replace=False)
+    assert refines_by_integers(parent.failed, pwin, *win, ra[some], rb[some], rc[some]).all()
+    rows = rng.choice(len(a), size=min(3000, len(a)), replace=False)
+    inside = refines_by_integers(parent.failed, pwin, *win, a[rows], b[rows], carry[rows])
+    refined = set(got)
+    assert np.array_equal(inside, [(tuple(a[i]), tuple(b[i]), int(carry[i])) in refined for i in rows])
+    none = refined_configurations(lay, PositionResult(0, pwin, len(pa), len(pa), Fraction(0), []), *win)
+    assert all(len(x) == 0 for x in none) and none[0].shape == (0, win[1] - win[0] + 1)
 
 
 def test_refining_refuses_a_window_that_does_not_contain_the_parent():
     lay = layout(5)
-    a, b, carry, _ = configurations(lay, 1, 2)
     parent = PositionResult(0, (2, 3), 1, 0, Fraction(0), [])
     with pytest.raises(ValueError, match=r"window \[1, 2\] does not contain the window \[2, 3\]"):
-        refining(parent, 1, 2, a, b, carry)
+        refined_configurations(lay, parent, 1, 2)
 
 
 @pytest.mark.parametrize("n,window", [(3, (1, 2)), (3, (2, 2)), (3, (0, 1)), (2, (1, 1))])
@@ -410,8 +418,9 @@ def test_refining_tells_apart_configurations_whose_digit_codes_could_run_togethe
     """Significance by significance (a ≤ b): (9, 9) then (0, 0) is not (0, 8) then (0, 1), although
     a code that gave a digit pair more than 100 values would add them up alike."""
     parent = PositionResult(0, (1, 2), 1, 0, Fraction(0), [(np.array([0, 0]), np.array([8, 1]), 0)])
-    a, b, carry = np.array([[9, 0], [0, 0]]), np.array([[9, 0], [8, 1]]), np.array([0, 0])
-    assert refining(parent, 1, 2, a, b, carry).tolist() == [False, True]
+    a, b, carry, mult = refined_configurations(layout(4), parent, 1, 3)
+    assert {tuple(x[:2]) + tuple(y[:2]) for x, y in zip(a, b)} == {(0, 0, 8, 1)} and set(carry) == {0}
+    assert len(a) == 45 and sorted(set(mult)) == [4, 8]  # the lead digits above (1-9): each unordered pair once
 
 
 def test_an_unknown_tail_is_refused_by_name():

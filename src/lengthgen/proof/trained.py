@@ -156,24 +156,37 @@ def propagate(a: np.ndarray, b: np.ndarray, carry: np.ndarray) -> tuple[np.ndarr
     return c, k
 
 
-def refining(parent: PositionResult, lo: int, hi: int, a: np.ndarray, b: np.ndarray, carry: np.ndarray) -> np.ndarray:
-    """Which configurations (a, b, carry) of window [lo, hi] lie inside one that ``parent`` (a result
-    of a window inside [lo, hi]) left unproven: the same digits on the parent's window and the same
-    carry into it (the carry into lo propagated through the significances below the parent's)."""
+def refined_configurations(lay: Layout, parent: PositionResult, lo: int, hi: int
+                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The configurations of window [lo, hi] that lie inside one that ``parent`` (a result of a
+    window inside [lo, hi]) left unproven, built from those alone: its window digits, any digits
+    above it, and below it any digits and carry into lo whose carry into the parent's window is the
+    parent's. Same form as :func:`configurations` (a ≤ b per significance, carry, multiplicity), but
+    never the whole wider window: widening one significance costs 55·2 rows per unproven one."""
     plo, phi = parent.window
     if not lo <= plo <= phi <= hi:
         raise ValueError(f"window [{lo}, {hi}] does not contain the window [{plo}, {phi}] it refines")
+    empty = np.zeros((0, hi - lo + 1), dtype=np.int64)
     if not parent.failed:
-        return np.zeros(len(a), dtype=bool)
-    below = plo - lo
-    _, carry_in = propagate(a[:, :below], b[:, :below], carry)
-    cols = slice(below, phi - lo + 1)
-    pa, pb = (np.array([f[i] for f in parent.failed]).reshape(len(parent.failed), -1) for i in (0, 1))
-    pc = np.array([f[2] for f in parent.failed])
-
-    def key(x: np.ndarray, y: np.ndarray, k: np.ndarray) -> np.ndarray:  # int64: at most 9 columns
-        return np.sum((x * 10 + y) * 100 ** np.arange(x.shape[1], dtype=np.int64), axis=1) * 2 + k
-    return np.isin(key(a[:, cols], b[:, cols], carry_in), key(pa, pb, pc))
+        return empty, empty.copy(), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    fa, fb = (np.array([f[i] for f in parent.failed], dtype=np.int64).reshape(len(parent.failed), -1) for i in (0, 1))
+    fc = np.array([f[2] for f in parent.failed], dtype=np.int64)
+    ba, bb, bc, _ = configurations(lay, lo, plo - 1) if plo > lo else (np.zeros((1, 0), np.int64),) * 2 + (None, None)
+    carry_out = propagate(ba, bb, bc)[1] if plo > lo else None
+    if hi > phi:  # the digits above: each once (configurations also pairs them with a carry into phi + 1)
+        ta, tb, tc, _ = configurations(lay, phi + 1, hi)
+        ta, tb = ta[tc == 0], tb[tc == 0]
+    else:
+        ta = tb = np.zeros((1, 0), np.int64)
+    rows_a, rows_b, rows_c = [], [], []
+    for i in range(len(fc)):
+        below = np.flatnonzero(carry_out == fc[i]) if plo > lo else np.zeros(1, dtype=np.int64)
+        k, m = len(below), len(ta)
+        rows_a.append(np.hstack([np.repeat(ba[below], m, 0), np.tile(fa[i], (k * m, 1)), np.tile(ta, (k, 1))]))
+        rows_b.append(np.hstack([np.repeat(bb[below], m, 0), np.tile(fb[i], (k * m, 1)), np.tile(tb, (k, 1))]))
+        rows_c.append(np.repeat(bc[below], m) if plo > lo else np.full(k * m, fc[i]))
+    a, b, carry = np.vstack(rows_a), np.vstack(rows_b), np.concatenate(rows_c).astype(np.int64)
+    return a, b, carry, np.prod(np.where(a == b, 1, 2), axis=1).astype(np.int64)
 
 
 class PositionCertifier:
@@ -235,10 +248,10 @@ class PositionCertifier:
         qid = lay.query_id(r)
         scores = [self.t.scores(h, qid, lay.keys_seen(r)) for h in range(self.w.n_heads)]
         lo, hi = self._window(r, scores)
-        a, b, carry, mult = configurations(lay, lo, hi)
-        if refine is not None:
-            keep = refining(refine, lo, hi, a, b, carry)
-            a, b, carry, mult = a[keep], b[keep], carry[keep], mult[keep]
+        if refine is None:
+            a, b, carry, mult = configurations(lay, lo, hi)
+        else:
+            a, b, carry, mult = refined_configurations(lay, refine, lo, hi)
             if self._mass(lo, hi, carry, mult) != refine.unproven_mass:
                 raise RuntimeError(f"answer position {r}: the configurations of window [{lo}, {hi}] that refine "
                                    f"the unproven ones of {list(refine.window)} do not carry their mass")
