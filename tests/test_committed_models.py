@@ -185,3 +185,21 @@ def test_the_entropy_model_is_exact_on_samples_but_wrong_where_its_certificate_s
 
     run = json.loads((CHECKPOINTS / ENTROPY / "run.json").read_text())
     assert greedy_addition_match(build_model(TrainConfig(**run["config"])).eval(), 10, samples=200) < 0.01
+
+
+def test_the_late_entropy_model_is_wrong_where_its_20_digit_certificate_says():
+    """checkpoints/addition_coupled_1l2h_packed_entropy_001_late is proven exact up to 8 digits
+    (tests/test_certify_trained.py runs the 5-digit proof); at 20 digits its certificate prints
+    70449368736941935603 + 87934795118481106011, answered by greedy decoding with a 3 for the 2 at
+    answer position 7 and right everywhere else (docs/training.md, "Sharp attention for proofs")."""
+    name = "addition_coupled_1l2h_packed_entropy_001_late"
+    model, notes, _ = load_trained(CHECKPOINTS / name)
+    assert (notes["positions"], notes["train_digits"]) == ("coupled", "1-10")
+    a, b = 70449368736941935603, 87934795118481106011
+    prompt = torch.as_tensor(ADDITION.encode(f"${a}+{b}="))[None]
+    ids = torch.as_tensor(coupled_addition_ids(20, start=2))
+    row = greedy_generate_batch(model, prompt, ids[None, :43], ids[None, 43:-1], max_new_tokens=22,
+                                stop_token=ADDITION.EOS)[0]
+    want = str(a + b).zfill(21)[::-1] + "$"
+    got = ADDITION.decode(row)
+    assert [i for i in range(len(want)) if got[i:i + 1] != want[i]] == [7] and (want[7], got[7]) == ("2", "3")
