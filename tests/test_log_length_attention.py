@@ -114,7 +114,8 @@ def test_refused_where_it_has_no_meaning() -> None:
 
 
 def test_the_interop_refuses_a_field_transformerlens_lacks() -> None:
-    interop = pytest.importorskip("lengthgen.interop")
+    from lengthgen import interop
+
     with pytest.raises(interop.InteropError, match="attn_log_length"):
         interop._check_lengthgen_config(random_model().cfg)
 

@@ -171,8 +171,12 @@ def refined_configurations(lay: Layout, parent: PositionResult, lo: int, hi: int
         return empty, empty.copy(), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     fa, fb = (np.array([f[i] for f in parent.failed], dtype=np.int64).reshape(len(parent.failed), -1) for i in (0, 1))
     fc = np.array([f[2] for f in parent.failed], dtype=np.int64)
-    ba, bb, bc, _ = configurations(lay, lo, plo - 1) if plo > lo else (np.zeros((1, 0), np.int64),) * 2 + (None, None)
-    carry_out = propagate(ba, bb, bc)[1] if plo > lo else None
+    if plo > lo:
+        ba, bb, bc, _ = configurations(lay, lo, plo - 1)
+    else:  # no significance below: the carry into lo is the parent's own (one empty row per carry)
+        ba = bb = np.zeros((2, 0), np.int64)
+        bc = np.array([0, 1], dtype=np.int64)
+    carry_out = propagate(ba, bb, bc)[1]
     if hi > phi:  # the digits above: each once (configurations also pairs them with a carry into phi + 1)
         ta, tb, tc, _ = configurations(lay, phi + 1, hi)
         ta, tb = ta[tc == 0], tb[tc == 0]
@@ -180,12 +184,12 @@ def refined_configurations(lay: Layout, parent: PositionResult, lo: int, hi: int
         ta = tb = np.zeros((1, 0), np.int64)
     rows_a, rows_b, rows_c = [], [], []
     for i in range(len(fc)):
-        below = np.flatnonzero(carry_out == fc[i]) if plo > lo else np.zeros(1, dtype=np.int64)
+        below = np.flatnonzero(carry_out == fc[i])
         k, m = len(below), len(ta)
         rows_a.append(np.hstack([np.repeat(ba[below], m, 0), np.tile(fa[i], (k * m, 1)), np.tile(ta, (k, 1))]))
         rows_b.append(np.hstack([np.repeat(bb[below], m, 0), np.tile(fb[i], (k * m, 1)), np.tile(tb, (k, 1))]))
-        rows_c.append(np.repeat(bc[below], m) if plo > lo else np.full(k * m, fc[i]))
-    a, b, carry = np.vstack(rows_a), np.vstack(rows_b), np.concatenate(rows_c).astype(np.int64)
+        rows_c.append(np.repeat(bc[below], m))
+    a, b, carry = np.vstack(rows_a), np.vstack(rows_b), np.concatenate(rows_c)
     return a, b, carry, np.prod(np.where(a == b, 1, 2), axis=1).astype(np.int64)
 
 
