@@ -46,6 +46,18 @@ class Part:
     # once a test runs a torch kernel; "fork" is faster and safe where the tests do no torch work, or
     # with OMP_NUM_THREADS=1 (``run`` sets it for "fork"): then torch starts no pool to inherit
     isolation: str = "forkserver"
+    # where one file is split between parts: mutmut's names (fnmatch patterns) of this part's
+    # mutants; () is every mutant of its files. tests/test_mutation_parts.py checks that every
+    # function of every mutated file is in exactly one part
+    mutants: tuple[str, ...] = ()
+
+    def holds(self, mutant: str) -> bool:
+        return not self.mutants or any(fnmatch.fnmatchcase(mutant, p) for p in self.mutants)
+
+
+def functions(module: str, *names: str, cls: str | None = None) -> tuple[str, ...]:
+    """mutmut's name patterns of the mutants of these functions (or of these methods of ``cls``)."""
+    return tuple(f"{module}.x{'ǁ' + cls + 'ǁ' if cls else '_'}{n}__mutmut_*" for n in names)
 
 
 # The tests of parts `proof` and `rounding` (src/lengthgen/proof/: the attention bound, 666 mutants,
@@ -272,12 +284,26 @@ PARTS = {
            "tests/test_copying_certify_mutants.py", "tests/test_copying_certify_two_heads.py",
            "tests/test_copying_certify_readout.py"),
     ),
-    # the certificate of trained checkpoints in two parts: the per-position argument, its tables and
-    # the counterexamples; the enclosures it pushes through the layers (affine forms, norms, GELU)
+    # the certificate of trained checkpoints in four parts, each under an hour on two shared cores
+    # (one part of 2043 mutants ran 5061 s and was stopped before 389 of them): the argument at one
+    # answer position (PositionCertifier's enclosures, about 580 mutants, each calling most of the
+    # tests); the statement around it (the layout, the configurations of a window and their
+    # probabilities, the widening, each position's verdict, the counterexamples: about 540); the
+    # weights and the (token, ID) tables (trained_tables.py, 525); the affine forms after attention
+    # (trained_affine.py, 650)
     "trained": Part(
-        ("src/lengthgen/proof/trained.py", "src/lengthgen/proof/trained_tables.py",
-         "src/lengthgen/proof/trained_affine.py", "src/lengthgen/proof/counterexamples.py"),
-        TRAINED_TESTS, isolation="fork"),
+        ("src/lengthgen/proof/trained.py",), TRAINED_TESTS, isolation="fork",
+        mutants=functions("lengthgen.proof.trained", "__init__", "_fixed_slots", "_free_slots", "_window", "inputs",
+                          "after_attention", "_tighten", "_head_constants", "fixed_mean", "_head", "_differences",
+                          cls="PositionCertifier")),
+    "trained-statement": Part(
+        ("src/lengthgen/proof/trained.py", "src/lengthgen/proof/counterexamples.py"), TRAINED_TESTS, isolation="fork",
+        mutants=(*functions("lengthgen.proof.trained", "carry_probability", "configurations", "_configurations",
+                            "propagate", "refined_configurations"),
+                 *functions("lengthgen.proof.trained", "certify", "_mass", cls="PositionCertifier"),
+                 "lengthgen.proof.trained.xǁLayoutǁ*", "lengthgen.proof.counterexamples.*")),
+    "trained-tables": Part(("src/lengthgen/proof/trained_tables.py",), TRAINED_TESTS, isolation="fork"),
+    "trained-affine": Part(("src/lengthgen/proof/trained_affine.py",), TRAINED_TESTS, isolation="fork"),
     # the float32 statement of the trained-model certificate: the formulas by hand and the kernels
     # measured (under 1 s), each step's widening exactly (1 s), each step against torch's float32
     # pass (10 s) and the whole statement against it (10 s)
@@ -357,9 +383,9 @@ def last_selection(name: str) -> list[str] | None:
     return path.read_text().split("\n") if path.exists() else None
 
 
-def collect(selected: list[str] | None = None) -> list[Mutant]:
-    """Every mutant of the last run (with ``selected``, those whose names match one of the patterns)
-    with its status, and the diff of those run and not killed (mutmut 3.8's own functions, in this
+def collect(part: Part, selected: list[str] | None = None) -> list[Mutant]:
+    """Every mutant of ``part`` in the last run (with ``selected``, those whose names match one of
+    the patterns) with its status, and the diff of those run and not killed (mutmut 3.8's own functions, in this
     process: one ``mutmut show`` per mutant would start Python each time)."""
     from mutmut import configuration
     from mutmut.mutation.data import SourceFileMutationData
@@ -373,7 +399,7 @@ def collect(selected: list[str] | None = None) -> list[Mutant]:
         data = SourceFileMutationData(path=path)
         data.load()
         for key, code in data.exit_code_by_key.items():
-            if not _selected(key, selected):
+            if not (part.holds(key) and _selected(key, selected)):
                 continue
             m = Mutant(key, status_by_exit_code[code])
             if m.status != "killed" and m.status not in UNRUN:
@@ -507,13 +533,13 @@ def run(name: str, report_only: bool = False, selected: list[str] | None = None)
                 env = {**os.environ, "LENGTHGEN_TEST_ORDER": "\n".join(t for t in part.tests if not t.startswith("-"))}
                 if part.isolation == "fork":  # torch starts no OpenMP pool that a forked worker would wait on
                     env["OMP_NUM_THREADS"] = "1"
-                subprocess.run([sys.executable, "-m", "mutmut", "run", *(selected or [])], cwd=ROOT, stdout=log,
+                subprocess.run([sys.executable, "-m", "mutmut", "run", *(selected or part.mutants)], cwd=ROOT, stdout=log,
                                stderr=subprocess.STDOUT, env=env)
             seconds = time.monotonic() - start
             (ROOT / "mutants" / f"{name}.seconds").write_text(f"{seconds:.1f}\n")
             if selected:
                 (ROOT / "mutants" / f"{name}.selected").write_text("\n".join(selected))
-        mutants = collect(selected)
+        mutants = collect(part, selected)
     finally:
         CONFIG.unlink(missing_ok=True)
     if not mutants:
@@ -557,7 +583,7 @@ def recheck(name: str, tests: list[str], only: str = "*") -> None:
         for key, code in data["exit_code_by_key"].items():
             status = status_by_exit_code[code]
             if (status in ("survived", "no tests", *UNRUN) and fnmatch.fnmatchcase(key, only)
-                    and _selected(key, selection)):  # after a --mutants run, the mutants it selected
+                    and PARTS[name].holds(key) and _selected(key, selection)):  # after --mutants: its mutants
                 checked += 1
                 if session(key) != 0:
                     data["exit_code_by_key"][key] = 1

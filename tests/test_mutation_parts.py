@@ -3,6 +3,8 @@ test or a changed parameter no longer matches makes mutmut's first pytest sessio
 whole part then reports every mutant as "other" instead of scoring it."""
 from __future__ import annotations
 
+import ast
+import fnmatch
 import importlib.util
 import subprocess
 import sys
@@ -41,6 +43,53 @@ def test_every_named_test_is_collected() -> None:
     missing = [t for t in ids if t not in collected and not any(c.startswith(t + "[") or c.startswith(t + "::")
                                                                 for c in collected)]
     assert not missing, missing
+
+
+def mutmut_names(path: str) -> list[str]:
+    """mutmut's name of a mutant of each function and method of a file under src/ (mutants of a
+    function ``f`` of module ``m`` are ``m.x_f__mutmut_K``; of a method, ``m.xǁClassǁf__mutmut_K``)."""
+    module = path.removeprefix("src/").removesuffix(".py").replace("/", ".")
+    names = []
+    for node in ast.parse((ROOT / path).read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            names.append(f"{module}.x_{node.name}__mutmut_1")
+        elif isinstance(node, ast.ClassDef):
+            names += [f"{module}.xǁ{node.name}ǁ{f.name}__mutmut_1" for f in node.body
+                      if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    return names
+
+
+def test_every_function_of_a_mutated_file_is_in_exactly_one_part() -> None:
+    """A file split between parts (``Part.mutants``) loses no function to a gap between their
+    patterns and scores none twice; an unsplit file is in one part only."""
+    all_parts = parts()
+    for path in sorted({f for part in all_parts.values() for f in part.files}):
+        owners = {name: part for name, part in all_parts.items() if path in part.files}
+        if all(not part.mutants for part in owners.values()):
+            assert len(owners) == 1, (path, sorted(owners))
+            continue
+        for mutant in mutmut_names(path):
+            holders = [name for name, part in owners.items() if part.holds(mutant)]
+            assert len(holders) == 1, (mutant, holders)
+
+
+def test_every_pattern_of_a_split_part_names_a_function() -> None:
+    """A misspelt function name in ``Part.mutants`` would select nothing and go unnoticed."""
+    for name, part in parts().items():
+        names = [m for path in part.files for m in mutmut_names(path)]
+        for pattern in part.mutants:
+            assert any(fnmatch.fnmatchcase(m, pattern) for m in names), (name, pattern)
+
+
+def test_a_split_part_reports_only_its_own_mutants() -> None:
+    """The trained-model certificate's trained.py is split: the argument at one position in part
+    ``trained``, the statement around it in ``trained-statement``."""
+    all_parts = parts()
+    argument = "lengthgen.proof.trained.xǁPositionCertifierǁinputs__mutmut_7"
+    statement = "lengthgen.proof.trained.xǁPositionCertifierǁcertify__mutmut_7"
+    assert all_parts["trained"].holds(argument) and not all_parts["trained"].holds(statement)
+    assert all_parts["trained-statement"].holds(statement) and not all_parts["trained-statement"].holds(argument)
+    assert all_parts["interval"].holds("lengthgen.proof.interval.x_gamma__mutmut_1")  # an unsplit part: all
 
 
 def test_a_stopped_run_lists_its_unrun_mutants_apart(tmp_path, monkeypatch) -> None:
@@ -91,7 +140,7 @@ def test_a_recheck_after_a_selected_run_stays_within_its_selection(tmp_path, mon
     (tmp_path / "mutants" / "interval.selected").write_text("lengthgen.proof.interval.x_gamma*\nlengthgen.proof.interval.x_up*")
     assert mutate.last_selection("interval") == ["lengthgen.proof.interval.x_gamma*", "lengthgen.proof.interval.x_up*"]
     seen = []
-    monkeypatch.setattr(mutate, "collect", lambda selected=None: seen.append(selected) or
+    monkeypatch.setattr(mutate, "collect", lambda part, selected=None: seen.append(selected) or
                         [mutate.Mutant("lengthgen.proof.interval.x_gamma__mutmut_1", "killed")])
     monkeypatch.setattr(mutate, "write_config", lambda part: None)
     summary = mutate.run("interval", report_only=True)
