@@ -189,6 +189,7 @@ def test_refined_configurations_are_exactly_those_inside_an_unproven_one(pwin, w
     a, b, carry, mult = configurations(lay, *win)
     ra, rb, rc, rm = refined_configurations(lay, parent, *win)
     assert ra.shape == rb.shape == (len(rc), win[1] - win[0] + 1) and rc.shape == rm.shape and len(rc)
+    assert ra.dtype == rb.dtype == rc.dtype == rm.dtype == np.int64  # configurations' form: integer counts
     got = [(tuple(x), tuple(y), int(k)) for x, y, k in zip(ra, rb, rc)]
     assert len(got) == len(set(got)) and np.all(ra <= rb)
     assert np.array_equal(rm, 2 ** np.sum(ra < rb, axis=1))  # as configurations counts ordered ones
@@ -199,7 +200,7 @@ def test_refined_configurations_are_exactly_those_inside_an_unproven_one(pwin, w
     refined = set(got)
     assert np.array_equal(inside, [(tuple(a[i]), tuple(b[i]), int(carry[i])) in refined for i in rows])
     none = refined_configurations(lay, PositionResult(0, pwin, len(pa), len(pa), Fraction(0), []), *win)
-    assert all(len(x) == 0 for x in none) and none[0].shape == (0, win[1] - win[0] + 1)
+    assert all(len(x) == 0 and x.dtype == np.int64 for x in none) and none[0].shape == (0, win[1] - win[0] + 1)
 
 
 def test_refining_refuses_a_window_that_does_not_contain_the_parent():

@@ -171,17 +171,13 @@ def refined_configurations(lay: Layout, parent: PositionResult, lo: int, hi: int
         return empty, empty.copy(), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     fa, fb = (np.array([f[i] for f in parent.failed], dtype=np.int64).reshape(len(parent.failed), -1) for i in (0, 1))
     fc = np.array([f[2] for f in parent.failed], dtype=np.int64)
-    if plo > lo:
-        ba, bb, bc, _ = configurations(lay, lo, plo - 1)
-    else:  # no significance below: the carry into lo is the parent's own (one empty row per carry)
-        ba = bb = np.zeros((2, 0), np.int64)
-        bc = np.array([0, 1], dtype=np.int64)
+    # below: any digits and carry into lo (nothing below, plo = lo: one empty row per carry, which
+    # the carry into the parent's window then picks); above: the digits each once (configurations
+    # pairs each with both carries into phi + 1; nothing above: one empty row)
+    ba, bb, bc, _ = configurations(lay, lo, plo - 1)
     carry_out = propagate(ba, bb, bc)[1]
-    if hi > phi:  # the digits above: each once (configurations also pairs them with a carry into phi + 1)
-        ta, tb, tc, _ = configurations(lay, phi + 1, hi)
-        ta, tb = ta[tc == 0], tb[tc == 0]
-    else:
-        ta = tb = np.zeros((1, 0), np.int64)
+    ta, tb, tc, _ = configurations(lay, phi + 1, hi)
+    ta, tb = ta[tc == 0], tb[tc == 0]
     rows_a, rows_b, rows_c = [], [], []
     for i in range(len(fc)):
         below = np.flatnonzero(carry_out == fc[i])
