@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from lengthgen.data import DataError
 from lengthgen.evaluate import evaluate
 from lengthgen.runs import RunError, load_checkpoint
 
@@ -45,16 +46,20 @@ def main() -> None:
     if any(f <= 0 for f in args.factors):
         parser.error("every factor must be positive")
     torch.set_num_threads(args.threads)
-    print("| query factor | " + " | ".join(f"exact at {n}" for n in args.digits) + f" | token acc. at {args.digits[-1]} |")
-    print("|---" * (len(args.digits) + 2) + "|")
     source = CHECKPOINTS / args.checkpoint if (CHECKPOINTS / args.checkpoint).is_dir() else args.checkpoint
+    header = True
     for factor in args.factors:
-        try:
+        try:  # a fresh copy per factor: the scaling is in place
             model, notes, _ = load_checkpoint(str(source), max(args.digits))
-        except RunError as e:
+            scale_queries(model, factor)
+            rows = evaluate(model, notes["positions"], args.digits, args.samples, task=notes.get("task", "addition"))
+        except (RunError, DataError) as e:
             raise SystemExit(f"bench_query_scale.py: {e}") from None
-        scale_queries(model, factor)
-        rows = evaluate(model, notes["positions"], args.digits, args.samples, task=notes.get("task", "addition"))
+        if header:
+            print("| query factor | " + " | ".join(f"exact at {n}" for n in args.digits)
+                  + f" | token acc. at {args.digits[-1]} |")
+            print("|---" * (len(args.digits) + 2) + "|")
+            header = False
         print(f"| {factor:g} | " + " | ".join(f"{100 * r['exact_match']:.1f}" for r in rows)
               + f" | {100 * rows[-1]['token_accuracy']:.2f} |", flush=True)
 

@@ -171,8 +171,8 @@ def refined_configurations(lay: Layout, parent: PositionResult, lo: int, hi: int
         return empty, empty.copy(), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     fa, fb = (np.array([f[i] for f in parent.failed], dtype=np.int64).reshape(len(parent.failed), -1) for i in (0, 1))
     fc = np.array([f[2] for f in parent.failed], dtype=np.int64)
-    # below: any digits and carry into lo (nothing below, plo = lo: one empty row per carry, which
-    # the carry into the parent's window then picks); above: the digits each once (configurations
+    # below: any digits and carry into lo (nothing below, plo = lo: one empty row per possible carry
+    # into lo, which the parent's carry then picks); above: the digits each once (configurations
     # pairs each with both carries into phi + 1; nothing above: one empty row)
     ba, bb, bc, _ = configurations(lay, lo, plo - 1)
     carry_out = propagate(ba, bb, bc)[1]
