@@ -55,6 +55,34 @@ class Part:
         return not self.mutants or any(fnmatch.fnmatchcase(mutant, p) for p in self.mutants)
 
 
+def mutant_names(path: str, numbers: range = range(1, 2)) -> list[str]:
+    """mutmut's names of mutants ``numbers`` of each function and method of the file at ``path``
+    (mutants of a function ``f`` of module ``m`` are ``m.x_f__mutmut_K``; of a method,
+    ``m.xǁClassǁf__mutmut_K``)."""
+    module = path.removeprefix("src/").removesuffix(".py").replace("/", ".")
+    functions = []
+    for node in ast.parse((ROOT / path).read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            functions.append(f"{module}.x_{node.name}")
+        elif isinstance(node, ast.ClassDef):
+            functions += [f"{module}.xǁ{node.name}ǁ{f.name}" for f in node.body
+                          if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    return [f"{f}__mutmut_{k}" for f in functions for k in numbers]
+
+
+def unmatched_selection(name: str, patterns: list[str]) -> str | None:
+    """Why ``--mutants patterns`` cannot be a run of part ``name`` (None when each pattern names a
+    mutant of it): a misspelt pattern would run nothing, and one naming another part's function
+    of a shared file would run mutants that this part's report leaves out."""
+    for pattern in patterns:
+        owners = [other for other, p in PARTS.items() for path in p.files
+                  if any(p.holds(m) and fnmatch.fnmatchcase(m, pattern) for m in mutant_names(path, range(1, 1000)))]
+        if name not in owners:
+            where = f"it names mutants of part {owners[0]}" if owners else "it names no mutant of any part"
+            return f"--mutants {pattern!r} selects no mutant of part {name}: {where}"
+    return None
+
+
 def functions(module: str, *names: str, cls: str | None = None) -> tuple[str, ...]:
     """mutmut's name patterns of the mutants of these functions (or of these methods of ``cls``)."""
     return tuple(f"{module}.x{'ǁ' + cls + 'ǁ' if cls else '_'}{n}__mutmut_*" for n in names)
@@ -612,6 +640,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.mutants and (args.report_only or args.recheck or args.part == "all"):
         parser.error("--mutants is a fresh run of one part: not with --report-only, --recheck or all")
+    if args.mutants and (why := unmatched_selection(args.part, args.mutants)):
+        parser.error(why)
     os.chdir(ROOT)  # mutmut reads setup.cfg and mutants/ from the working directory
     RESULTS.mkdir(parents=True, exist_ok=True)
     for name in PARTS if args.part == "all" else [args.part]:

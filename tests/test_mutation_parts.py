@@ -3,7 +3,6 @@ test or a changed parameter no longer matches makes mutmut's first pytest sessio
 whole part then reports every mutant as "other" instead of scoring it."""
 from __future__ import annotations
 
-import ast
 import fnmatch
 import importlib.util
 import subprocess
@@ -46,17 +45,7 @@ def test_every_named_test_is_collected() -> None:
 
 
 def mutmut_names(path: str) -> list[str]:
-    """mutmut's name of a mutant of each function and method of a file under src/ (mutants of a
-    function ``f`` of module ``m`` are ``m.x_f__mutmut_K``; of a method, ``m.xǁClassǁf__mutmut_K``)."""
-    module = path.removeprefix("src/").removesuffix(".py").replace("/", ".")
-    names = []
-    for node in ast.parse((ROOT / path).read_text()).body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            names.append(f"{module}.x_{node.name}__mutmut_1")
-        elif isinstance(node, ast.ClassDef):
-            names += [f"{module}.xǁ{node.name}ǁ{f.name}__mutmut_1" for f in node.body
-                      if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))]
-    return names
+    return module().mutant_names(path)
 
 
 def test_every_function_of_a_mutated_file_is_in_exactly_one_part() -> None:
@@ -90,6 +79,26 @@ def test_a_split_part_reports_only_its_own_mutants() -> None:
     assert all_parts["trained"].holds(argument) and not all_parts["trained"].holds(statement)
     assert all_parts["trained-statement"].holds(statement) and not all_parts["trained-statement"].holds(argument)
     assert all_parts["interval"].holds("lengthgen.proof.interval.x_gamma__mutmut_1")  # an unsplit part: all
+
+
+def test_a_selection_outside_the_part_is_refused_before_anything_runs() -> None:
+    """``--mutants`` on a split part with a pattern of another part's function would run mutants
+    this part's report leaves out; a misspelt one would run nothing. Both are refused in one line
+    by the command, before mutmut starts; a pattern of the part's own function is accepted."""
+    mutate = module()
+    assert mutate.unmatched_selection("trained-statement", ["lengthgen.proof.trained.x_configurations*"]) is None
+    assert mutate.unmatched_selection("trained", ["*PositionCertifier*inputs__mutmut_7"]) is None
+    assert mutate.unmatched_selection("trained", ["lengthgen.proof.trained.x_configurations*"]) == (
+        "--mutants 'lengthgen.proof.trained.x_configurations*' selects no mutant of part trained: "
+        "it names mutants of part trained-statement")
+    assert mutate.unmatched_selection("interval", ["lengthgen.proof.interval.x_gamma*", "*x_no_such_function*"]) == (
+        "--mutants '*x_no_such_function*' selects no mutant of part interval: it names no mutant of any part")
+    run = subprocess.run([sys.executable, "bench/mutate.py", "trained", "--mutants",
+                          "lengthgen.proof.trained.x_configurations*"], cwd=ROOT, capture_output=True, text=True)
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr.strip().splitlines()[-1] == (
+        "mutate.py: error: --mutants 'lengthgen.proof.trained.x_configurations*' selects no mutant of part "
+        "trained: it names mutants of part trained-statement")
 
 
 def test_a_stopped_run_lists_its_unrun_mutants_apart(tmp_path, monkeypatch) -> None:
