@@ -28,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,7 +56,7 @@ class Part:
         return not self.mutants or any(fnmatch.fnmatchcase(mutant, p) for p in self.mutants)
 
 
-def mutant_names(path: str, numbers: range = range(1, 2)) -> list[str]:
+def mutant_names(path: str, numbers: Iterable[int] = (1,)) -> list[str]:
     """mutmut's names of mutants ``numbers`` of each function and method of the file at ``path``
     (mutants of a function ``f`` of module ``m`` are ``m.x_f__mutmut_K``; of a method,
     ``m.xǁClassǁf__mutmut_K``)."""
@@ -73,10 +74,12 @@ def mutant_names(path: str, numbers: range = range(1, 2)) -> list[str]:
 def unmatched_selection(name: str, patterns: list[str]) -> str | None:
     """Why ``--mutants patterns`` cannot be a run of part ``name`` (None when each pattern names a
     mutant of it): a misspelt pattern would run nothing, and one naming another part's function
-    of a shared file would run mutants that this part's report leaves out."""
+    of a shared file would run mutants that this part's report leaves out. Mutant numbers 1 to
+    999 of each function are tried, and every number written in a pattern."""
     for pattern in patterns:
+        numbers = sorted(set(range(1, 1000)) | {int(k) for k in re.findall(r"\d+", pattern)})
         owners = [other for other, p in PARTS.items() for path in p.files
-                  if any(p.holds(m) and fnmatch.fnmatchcase(m, pattern) for m in mutant_names(path, range(1, 1000)))]
+                  if any(p.holds(m) and fnmatch.fnmatchcase(m, pattern) for m in mutant_names(path, numbers))]
         if name not in owners:
             where = f"it names mutants of part {owners[0]}" if owners else "it names no mutant of any part"
             return f"--mutants {pattern!r} selects no mutant of part {name}: {where}"

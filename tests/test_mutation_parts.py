@@ -88,6 +88,7 @@ def test_a_selection_outside_the_part_is_refused_before_anything_runs() -> None:
     mutate = module()
     assert mutate.unmatched_selection("trained-statement", ["lengthgen.proof.trained.x_configurations*"]) is None
     assert mutate.unmatched_selection("trained", ["*PositionCertifier*inputs__mutmut_7"]) is None
+    assert mutate.unmatched_selection("interval", ["lengthgen.proof.interval.x_gamma__mutmut_1500"]) is None
     assert mutate.unmatched_selection("trained", ["lengthgen.proof.trained.x_configurations*"]) == (
         "--mutants 'lengthgen.proof.trained.x_configurations*' selects no mutant of part trained: "
         "it names mutants of part trained-statement")
