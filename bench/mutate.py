@@ -360,11 +360,12 @@ PARTS = {
     # forward pass and the interpreter, and one broken weight per check (about 1.5 s); since the
     # first run also the tests written for its survivors, one pair of files per module (heads,
     # scores, mlps, state, run: margins and spreads against the float64 pass, tight; the helpers
-    # against exact rationals; about 5 s); program P's file (20 s) is for --recheck
+    # against exact rationals; about 5 s); program P's file (20 s) is for --recheck; the MLPs read
+    # through a linear combination (linear_states.py) with their own file (about 2 s)
     "rasp-certify": Part(
         ("rasp/certify/state.py", "rasp/certify/heads.py", "rasp/certify/scores.py", "rasp/certify/mlps.py",
-         "rasp/certify/run.py"),
-        ("tests/test_rasp_certify.py", "tests/test_rasp_certify_fails.py",
+         "rasp/certify/linear_states.py", "rasp/certify/run.py"),
+        ("tests/test_rasp_certify.py", "tests/test_rasp_certify_fails.py", "tests/test_rasp_certify_linear_states.py",
          *(f"tests/test_rasp_certify_{m}.py" for m in (
              "heads_selection", "heads_writes", "heads_bounds", "scores_helpers", "scores_mutants",
              "mlps_arith", "mlps_tables", "state_sources", "state_boxes", "run_checks", "run_readout")),

@@ -21,6 +21,7 @@ import numpy as np
 from lengthgen.proof import interval as I
 import rasp.certify.floats as floats
 from rasp.certify.heads import tolerances
+from rasp.certify.linear_states import linear_states
 from rasp.certify.state import COMBO_BUDGET, Fail, State
 
 CHUNK = 20_000     # input states pushed through one MLP at once
@@ -70,24 +71,28 @@ def check_mlps(st: State, layer: int) -> list[tuple[MLPRow, object, list[int], n
     rounding = floats.mlp_error(floats.magnitudes(st), W_in, b_in, W_out, b_out, st.unit)
     for node, units, dims in _groups(st, layer, W_out, b_out).values():
         in_dims = np.nonzero(np.any(W_in[:, units] != 0, axis=1))[0] if units else np.array([], dtype=np.int64)
-        sops = [o.sop for o in st.owners(in_dims)]
-        sops += [node.sop] if node.kind == "width" else list(node.sop.children)
-        names, ranges = st.sources(sops)
-        count = st.count(ranges)
-        if count > COMBO_BUDGET:
-            raise Fail("budget", f"layer {layer} MLP of {node.label!r}: {count} input states, over "
-                                 f"COMBO_BUDGET = {COMBO_BUDGET}")
-        combos = st.combos(names, ranges)
+        reduced = linear_states(st, node, units, in_dims, W_in) if units else None
+        if reduced is not None:                    # by the value of a linear argument (halted)
+            boxes, W_read, states, count = reduced
+        else:
+            sops = [o.sop for o in st.owners(in_dims)]
+            sops += [node.sop] if node.kind == "width" else list(node.sop.children)
+            names, ranges = st.sources(sops)
+            count = st.count(ranges)
+            if count > COMBO_BUDGET:
+                raise Fail("budget", f"layer {layer} MLP of {node.label!r}: {count} input states, over "
+                                     f"COMBO_BUDGET = {COMBO_BUDGET}")
+            states = st.combos(names, ranges)
+            W_read = W_in[in_dims][:, units]
         dev = np.zeros(len(dims))
         peak = np.zeros(len(dims))
-        for s in range(0, len(combos), CHUNK):
-            part = combos[s:s + CHUNK]
+        for s in range(0, len(states), CHUNK):
+            part = states[s:s + CHUNK]
             target = np.array([st.target(node, _want(st, node, asg), dims) for asg in part]).reshape(len(part), len(dims))
             got = I.Iv.exact(np.broadcast_to(b_out[dims], target.shape))
             if units:
-                X = st.box(part, in_dims)
-                got = enclose(I.Iv(X.lo[:, in_dims], X.hi[:, in_dims]), W_in[np.ix_(in_dims, units)],
-                              b_in[units], W_out[np.ix_(units, dims)], b_out[dims])
+                X = boxes[s:s + CHUNK] if reduced is not None else _read_box(st, part, in_dims)
+                got = enclose(X, W_read, b_in[units], W_out[np.ix_(units, dims)], b_out[dims])
             got = floats.widen(got, rounding[dims])             # float32: the MLP's own rounding
             dev = np.maximum(dev, np.maximum(I.up(got.hi - target), I.up(target - got.lo)).max(0))
             peak = np.maximum(peak, np.abs(target).max(0))
@@ -206,6 +211,12 @@ def _active_maps(act: np.ndarray, W_in: np.ndarray, b_in: np.ndarray, W_out: np.
     shape = (act.shape[0], W_in.shape[0] + 1, W_out.shape[1])
     lo, hi = total.lo.reshape(shape), total.hi.reshape(shape)
     return I.Iv(lo[:, :-1], hi[:, :-1]), I.Iv(lo[:, -1], hi[:, -1])
+
+
+def _read_box(st: State, states: list[dict], in_dims: np.ndarray) -> I.Iv:
+    """The residual enclosures of ``states`` on the dimensions the MLP reads."""
+    X = st.box(states, in_dims)
+    return I.Iv(X.lo[:, in_dims], X.hi[:, in_dims])
 
 
 def _want(st: State, node, asg: dict):
