@@ -171,6 +171,8 @@ RASP_TESTS += tuple(f"tests/test_rasp_weights_codes.py::test_{t}" for t in (
     "every_program_equals_the_interpreter_with_codes_only", "tracr_library_programs_equal_the_interpreter_with_codes_only",
     "onehot_max_must_be_a_count", "values_that_are_not_integers_get_codes_below_every_integer",
     "binary_from_zero_puts_every_equality_that_can_on_bits"))
+# flat tables (plateau): the tables in rationals, every program against the interpreter (about 2 s)
+RASP_TESTS += ("tests/test_rasp_weights_plateau.py",)
 
 # The tests of part `multiplication` (the N×2 certificate), cheap and sharp first: PASS at N = 2, every
 # printed bound against the float64 forward pass at N = 2 (blunt M and M near the smallest certified),

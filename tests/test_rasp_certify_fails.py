@@ -157,10 +157,15 @@ def test_refusals():
 
 def test_cli(capsys):
     assert main(["--program", "lib:make_hist", "--max-seq-len", "5", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["verdict"] == "PASS"
+    plain = json.loads(capsys.readouterr().out)
+    assert plain["verdict"] == "PASS"
+    assert main(["--program", "lib:make_hist", "--plateau", "0.25", "--max-seq-len", "5", "--json"]) == 0
+    flat = json.loads(capsys.readouterr().out)           # the option reaches the compiler: flat tables
+    assert flat["verdict"] == "PASS" and sum(m["units"] for m in flat["mlps"]) > sum(m["units"] for m in plain["mlps"])
     for bad in (["--program", "lib:nope", "--max-seq-len", "5"], ["--program", "lib:make_hist", "--max-seq-len", "0"],
                 ["--machine", "addition", "--max-seq-len", "5"], ["--machine", "nope", "--ngram", "1", "--max-seq-len", "5"],
-                ["--program", "lib:make_hist", "--ngram", "2", "--max-seq-len", "5"]):
+                ["--program", "lib:make_hist", "--ngram", "2", "--max-seq-len", "5"],
+                *(["--program", "lib:make_hist", "--plateau", p, "--max-seq-len", "5"] for p in ("0.5", "-0.1", "x"))):
         assert main(bad) == 2, bad
         res = capsys.readouterr()
         assert res.out == "" and len(res.err.strip().splitlines()) == 1, bad

@@ -116,4 +116,19 @@ def test_with_bit_codes_the_premise_n_gram_of_a_carry_passes_and_runs_the_trace(
     bits = tp.to_transformer(n, binary_from=0.0)
     cert = certify(bits.compiled)
     assert cert.verdict == "PASS", cert.text()
+    assert max(r.error for r in cert.mlps) > 0.1       # a squared code's error, grown through two tables
     assert bits.greedy(trace[:len(tape) + 2], len(trace), monitor=False) == trace
+
+
+def test_flat_tables_keep_every_error_of_program_p_at_rounding_level():
+    """``plateau=0.25``: an input within a quarter of a gap of its code gives the table's exact
+    output, so no MLP passes on the errors of the heads before it (0.12 above, at most 1.2e-10
+    here) and the readout wins by 1 - 1e-7 instead of 0.998; the model still runs the trace."""
+    tm, tape = TASKS["addition"].build("999+1")
+    trace = build_trace(simulate(tm, tape, 10_000), Vocab.for_machine(tm))
+    flat = transformer_program(tm, 4).to_transformer(64, binary_from=0.0, plateau=0.25)
+    cert = certify(flat.compiled)
+    assert cert.verdict == "PASS", cert.text()
+    assert max(r.error for r in cert.mlps) <= 1e-9 and max(r.error for r in cert.heads) <= 1e-7
+    assert cert.readout_margin >= 0.9999
+    assert flat.greedy(trace[:len(tape) + 2], len(trace), monitor=False) == trace

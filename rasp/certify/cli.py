@@ -42,6 +42,16 @@ def _programs() -> dict[str, tuple[Callable[[], Any], list]]:
     }
 
 
+def _plateau(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 0.5:
+        raise argparse.ArgumentTypeError(f"expected a number with 0 <= P < 0.5, got {text!r}")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     p = ArgumentParser(prog=PROG, description="Prove from the weights that a compiled RASP program "
                        "computes the program on every input up to --max-seq-len tokens.")
@@ -52,6 +62,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--bits", action="store_true",
                    help="compile every equality whose sides can carry bit codes with them (binary_from=0): "
                         "their terms carry no error that grows with the codes; program P needs it past 2-grams")
+    p.add_argument("--plateau", type=_plateau, default=0.0, metavar="P",
+                   help="compile every MLP table flat on P (0 <= P < 0.5) of each gap on either side of its points, "
+                        "so an input off its code by less than that gives the exact output (default: 0, linear "
+                        "interpolation, the fewest units)")
     p.add_argument("--max-seq-len", type=positive_integer, required=True, metavar="N", help="longest input covered")
     p.add_argument("--dtype", choices=("float64", "float32"), default="float64",
                    help="the weights' type: float64 (the statement is about exact real arithmetic) or float32 "
@@ -69,6 +83,8 @@ def build(args: argparse.Namespace):
     options: dict[str, Any] = {"dtype": getattr(torch, args.dtype)}
     if args.bits:
         options["binary_from"] = 0.0
+    if args.plateau:
+        options["plateau"] = args.plateau
     if args.program is not None:
         if args.ngram is not None:
             raise UsageError("--ngram goes with --machine")

@@ -52,7 +52,8 @@ class TransformerProgram:
     match: SOp
 
     def to_transformer(self, max_seq_len: int, *, dtype: torch.dtype = torch.float64,
-                       onehot_max: int = ONEHOT_MAX, binary_from: float | None = None) -> "CompiledTuringProgram":
+                       onehot_max: int = ONEHOT_MAX, binary_from: float | None = None,
+                       plateau: float = 0.0) -> "CompiledTuringProgram":
         """Compile to a causal transformer for traces of at most ``max_seq_len`` tokens.
 
         ``onehot_max`` (:func:`rasp.weights.compile_to_transformer`): with ``0`` the tokens, their
@@ -60,10 +61,11 @@ class TransformerProgram:
         longer grows as n·|V| (a 4-state, 4-symbol machine at n-gram 16: d_model 2047 and 51 M
         parameters one-hot, 366 and 9 M with codes, 5 to 8 times faster greedy decoding); float64 only:
         float32 rounds the squares of large codes. ``binary_from=0`` puts every equality on bit codes
-        (what :mod:`rasp.certify` needs past 2-grams)."""
+        (what :mod:`rasp.certify` needs past 2-grams); ``plateau``: flat MLP tables around their
+        points, so errors stop at each table (what it needs past a few hundred tokens)."""
         ct = compile_to_transformer(self.output, list(range(self.vocab.size)), max_seq_len,
                                     causal=True, dtype=dtype, output_values=list(range(self.vocab.size)),
-                                    onehot_max=onehot_max, binary_from=binary_from)
+                                    onehot_max=onehot_max, binary_from=binary_from, plateau=plateau)
         return CompiledTuringProgram(self, ct)
 
 

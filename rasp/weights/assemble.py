@@ -129,7 +129,8 @@ class CompiledTransformer:
 def compile_to_transformer(program: SOp, vocab: Sequence[Any], max_seq_len: int, *,
                            causal: bool = True, dtype: torch.dtype = torch.float64,
                            output_values: Sequence[Any] | None = None,
-                           onehot_max: int = ONEHOT_MAX, binary_from: float | None = None) -> CompiledTransformer:
+                           onehot_max: int = ONEHOT_MAX, binary_from: float | None = None,
+                           plateau: float = 0.0) -> CompiledTransformer:
     """Compile ``program`` into a :class:`lengthgen.Transformer` for inputs of at most
     ``max_seq_len`` tokens from ``vocab`` (docs/turing-programs.md, "Compiling RASP to weights").
 
@@ -145,7 +146,11 @@ def compile_to_transformer(program: SOp, vocab: Sequence[Any], max_seq_len: int,
     equality whose quadratic terms ``beta * c**2`` would reach it (scaled to the format's unit
     roundoff) compares bit codes (``None``: ``BINARY_FROM`` = 2^40; ``0``: every equality whose sides
     can carry them); bits carry no error that grows with the codes, which is what
-    :mod:`rasp.certify` needs on long programs.
+    :mod:`rasp.certify` needs on long programs. ``plateau`` (``0 <= p < 1/2``): every MLP table
+    holds its output constant on ``p`` of each gap on either side of each of its points, so an input
+    that is off its code by less than that gives the exact output and errors stop at each table
+    (``0``: tables interpolate linearly through their points, the fewest hidden units;
+    docs/turing-programs.md, "MLPs").
     Raises :class:`CompileError` naming the op for anything without exact weights.
     """
     start = time.perf_counter()
@@ -156,6 +161,8 @@ def compile_to_transformer(program: SOp, vocab: Sequence[Any], max_seq_len: int,
     if binary_from is not None and (not isinstance(binary_from, (int, float)) or isinstance(binary_from, bool)
                                     or not binary_from >= 0):
         raise CompileError(f"binary_from must be a number >= 0, got {binary_from!r}")
+    if isinstance(plateau, bool) or not isinstance(plateau, (int, float)) or not 0 <= plateau < 0.5:
+        raise CompileError(f"plateau must be a number with 0 <= plateau < 0.5, got {plateau!r}")
     if dtype not in _DTYPE_NAMES:
         raise CompileError(f"dtype must be torch.float64 or torch.float32, got {dtype!r}")
     vocab = list(vocab)
@@ -182,9 +189,9 @@ def compile_to_transformer(program: SOp, vocab: Sequence[Any], max_seq_len: int,
                 heads[node.slot // 2].append(head)
         elif node.kind == "width":
             heads[node.slot // 2].append(compile_head(node, layout, causal))
-            mlps[node.slot // 2].append(compile_mlp(node, layout))
+            mlps[node.slot // 2].append(compile_mlp(node, layout, plateau))
         elif node.kind == "mlp":
-            mlps[node.slot // 2].append(compile_mlp(node, layout))
+            mlps[node.slot // 2].append(compile_mlp(node, layout, plateau))
     out = prog.output
     classes = [None] if out.numerical else list(output_values or [])
     if not out.numerical:

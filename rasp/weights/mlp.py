@@ -58,13 +58,14 @@ def _rebuild_args(node: Node, flat: tuple) -> tuple:
     return tuple(args)
 
 
-def compile_mlp(node: Node, layout: Layout) -> MLPBlock:
-    """The MLP computing ``node`` (a Map, SequenceMap or selector-width decoder)."""
+def compile_mlp(node: Node, layout: Layout, plateau: float = 0.0) -> MLPBlock:
+    """The MLP computing ``node`` (a Map, SequenceMap or selector-width decoder); ``plateau``: see
+    :func:`_piecewise_linear`."""
     sop = node.sop
     if node.kind == "width":
-        return _width_decoder(node, layout)
+        return _width_decoder(node, layout, plateau)
     if node.affine is not None and node.affine.integral and not node.numerical:
-        return _affine_table(node, layout)
+        return _affine_table(node, layout, plateau)
     ins = _inputs(node)
     numeric_ins = [n for n in ins if n.numerical]
     if numeric_ins and len(ins) > 1:
@@ -95,7 +96,7 @@ def compile_mlp(node: Node, layout: Layout) -> MLPBlock:
         if zval in table and table[zval] != vec:
             raise CompileError(f"{_op_name(sop)}: two inputs share one numeric key; cannot tabulate")
         table[zval] = vec
-    return _piecewise_linear(node, z, z_bias, table, f"MLP lookup table: {_describe_map(node)}")
+    return _piecewise_linear(node, z, z_bias, table, f"MLP lookup table: {_describe_map(node)}", plateau)
 
 
 def _component(n: Node, layout: Layout) -> tuple[dict, int, Feature, float]:
@@ -140,25 +141,45 @@ def _best_strides(comps: list, outs: dict[tuple, Any]) -> list[int]:
     return best[1]
 
 
-def _piecewise_linear(node: Node, z: Feature, z_bias: float, table: dict[float, Feature], text: str) -> MLPBlock:
+def _piecewise_linear(node: Node, z: Feature, z_bias: float, table: dict[float, Feature], text: str,
+                      plateau: float = 0.0) -> MLPBlock:
     """The MLP of the module docstring for the table ``z_i -> out(z_i)``: the piecewise-linear
-    interpolation ``out(z_0) + sum_i c_i ReLU(z - z_i)``, one unit per change of slope ``c_i``
-    (a step costs two units; a run where the output is constant or linear in ``z`` costs none)."""
+    interpolation ``out(z_0) + sum_i c_i ReLU(z - t_i)``, one unit per change of slope ``c_i``
+    (a step costs two units; a run where the output is constant or linear in ``z`` costs none).
+
+    ``plateau`` (``0 <= p < 1/2``): the output is held constant on at least ``p`` of each gap on
+    either side of every point, and the change between two points made on a ramp in the middle of
+    their gap whose width is the largest power of two within ``(1 - 2p)`` of the gap (so the slope
+    ``change / width`` is exact and the ramp adds exactly the change); an input off its point by
+    less than ``p`` times the gap gives the point's output exactly, so errors do not pass through
+    the table. Two units per gap where the output changes. ``0`` is the interpolation through the
+    points (the fewest units; errors pass on times the slope)."""
     points = sorted(table)
     block = MLPBlock(node, text, out_bias=dict(table[points[0]]))
-    previous: Feature = {}
-    for i, (a, b) in enumerate(zip(points, points[1:])):
+    pieces: list[tuple[float, Feature]] = []        # (t, slope on the right of t), in order of t
+    for a, b in zip(points, points[1:]):
         dims = set(table[a]) | set(table[b])
-        slope = {d: (table[b].get(d, 0.0) - table[a].get(d, 0.0)) / (b - a) for d in dims}
+        delta = {d: table[b].get(d, 0.0) - table[a].get(d, 0.0) for d in dims}
+        delta = {d: c for d, c in delta.items() if c != 0.0}
+        if not plateau:
+            pieces.append((a, {d: c / (b - a) for d, c in delta.items()}))
+        elif delta:
+            ramp = 2.0 ** math.floor(math.log2((1 - 2 * plateau) * (b - a)))   # a power of two: c / ramp
+            start = a + ((b - a) - ramp) / 2                                   # is exact, and so is the
+            pieces += [(a, {}), (start, {d: c / ramp for d, c in delta.items()}), (start + ramp, {})]  # sum
+        else:
+            pieces.append((a, {}))
+    previous: Feature = {}
+    for t, slope in pieces:
         change = {d: slope.get(d, 0.0) - previous.get(d, 0.0) for d in set(slope) | set(previous)}
         change = {d: c for d, c in change.items() if c != 0.0}
         if change:
-            block.units.append((z, z_bias - a, change))
-        previous = {d: c for d, c in slope.items() if c != 0.0}
+            block.units.append((z, z_bias - t, change))
+        previous = slope
     return block
 
 
-def _affine_table(node: Node, layout: Layout) -> MLPBlock:
+def _affine_table(node: Node, layout: Layout, plateau: float = 0.0) -> MLPBlock:
     """The identity table ``z -> z`` on the node's integer values, ``z = a*x + b*y + c`` (the
     verified affine form): its interpolation has one unit per change of slope, so at most one
     per value (an ordinal output's code is linear in ``z``, its square is not)."""
@@ -167,14 +188,14 @@ def _affine_table(node: Node, layout: Layout) -> MLPBlock:
     table = {float(v): layout.write(node, v) for v in node.values}
     text = (f"MLP affine: {node.label} = {form.text([d.label for d in node.deps])} "
             f"(identity table on {len(node.values)} values)")
-    return _piecewise_linear(node, z, float(form.const), table, text)
+    return _piecewise_linear(node, z, float(form.const), table, text, plateau)
 
 
-def _width_decoder(node: Node, layout: Layout) -> MLPBlock:
+def _width_decoder(node: Node, layout: Layout, plateau: float = 0.0) -> MLPBlock:
     """Selector width: the head left ``1/(w+1)`` in the scratch dimension; decode ``w``."""
     table = {1.0 / (v + 1): layout.write(node, v) for v in node.values}
     return _piecewise_linear(node, {layout.scratch(node): 1.0}, 0.0, table,
-                      f"MLP decode w from 1/(w+1): {node.label}")
+                             f"MLP decode w from 1/(w+1): {node.label}", plateau)
 
 
 def _describe_map(node: Node) -> str:
