@@ -66,6 +66,9 @@ def role_labels(n: int) -> list[str]:
     return ["BOS", *a, "+", *b, "=", *c]
 
 
+ANNOTATE_MAX = 64   # columns up to which the cells of a zoom are large enough to print their weights
+
+
 def readable_ticks(labels: list[str], most: int = 48) -> tuple[list[int], list[str]]:
     """Tick positions and labels: every token up to ``most`` tokens; beyond, every k-th one plus the
     tokens that are not digits (BOS, +, =), so long probes stay legible."""
@@ -76,20 +79,22 @@ def readable_ticks(labels: list[str], most: int = 48) -> tuple[list[int], list[s
     return keep, [labels[i] for i in keep]
 
 
-def heatmap(ax, att: np.ndarray, xlabels: list[str], ylabels: list[str], title: str, annotate: bool, fontsize: float):
+def heatmap(ax, att: np.ndarray, xlabels: list[str], ylabels: list[str], title: str, annotate: bool, fontsize: float,
+            most_rows: int = 48):
     """One attention map in the style of every attention figure here: rows are queries, columns keys,
     one 0–1 colour scale, weights below ``MASK_BELOW`` in black, the weights ≥ 0.1 written in the cells
-    when ``annotate``. Returns the image (for a colour bar)."""
+    when ``annotate`` and the cells are large enough to hold them (at most ``ANNOTATE_MAX`` columns);
+    at most about ``most_rows`` row labels (a short panel gets fewer). Returns the image (for a colour bar)."""
     import matplotlib.pyplot as plt
 
     cmap = plt.get_cmap(CMAP).with_extremes(bad="black")
     masked = np.ma.masked_less(att, MASK_BELOW)
     im = ax.imshow(masked, cmap=cmap, vmin=0.0, vmax=1.0, interpolation="nearest", aspect="equal")
     ax.set_xticks(*readable_ticks(xlabels), fontsize=fontsize)
-    ax.set_yticks(*readable_ticks(ylabels), fontsize=fontsize)
+    ax.set_yticks(*readable_ticks(ylabels, most_rows), fontsize=fontsize)
     ax.tick_params(length=2, pad=1.5)
     ax.set_title(title, fontsize=fontsize + 2.5, pad=5)
-    if annotate:
+    if annotate and len(xlabels) <= ANNOTATE_MAX:
         for (r, c), v in np.ndenumerate(att):
             if v >= 0.1:
                 ax.text(c, r, "1" if v >= 0.995 else f"{v:.2f}"[1:], ha="center", va="center",
@@ -135,7 +140,8 @@ def attention_figure(construction: np.ndarray, trained: np.ndarray, n: int, matc
             ax.set_xlabel("key", fontsize=fs + 1, labelpad=1)
             ax.set_ylabel("query", fontsize=fs + 1, labelpad=4)
             zx = axes(x, y0 + P + gap_mid, P, Z)
-            heatmap(zx, att[rows], labels, labels[rows], f"zoom on the answer rows ({short})", True, fs)
+            heatmap(zx, att[rows], labels, labels[rows], f"zoom on the answer rows ({short})", True, fs,
+                    most_rows=max(6, int(48 * zoom_frac)))       # as many labels per inch as the full map
             zx.set_xlabel("key", fontsize=fs + 1, labelpad=1)
             zx.set_ylabel("query", fontsize=fs + 1, labelpad=4)
     cax = axes(left + 2 * P + gap_x + 0.35, top + head_title, cbar_w, P)
