@@ -1,4 +1,5 @@
-"""``onehot_max``: categorical s-ops as integer codes instead of one-hot dimensions.
+"""``onehot_max``: categorical s-ops as integer codes instead of one-hot dimensions (and, with the
+same programs, the ``plateau`` option's flat tables).
 
 With ``onehot_max=0`` every categorical s-op that no order or custom comparison reads holds an
 integer code (two residual dimensions, docs/turing-programs.md "Residual layout"). Every program
@@ -22,28 +23,36 @@ from tests.test_rasp_tracr_lib import PROGRAMS as TRACR_PROGRAMS
 from tests.test_rasp_weights_programs import PROGRAMS, VOCAB
 
 
+#: compile options every program must survive: codes instead of one-hot dimensions, and MLP tables
+#: that are flat around their points (tests/test_rasp_weights_plateau.py checks the tables themselves)
+OPTIONS = {"codes only": {"onehot_max": 0}, "flat tables": {"plateau": 0.25}}
+
+
+@pytest.mark.parametrize("option", sorted(OPTIONS))
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 @pytest.mark.parametrize("causal", [False, True])
-def test_every_program_equals_the_interpreter_with_codes_only(name: str, causal: bool):
+def test_every_program_equals_the_interpreter_with_compile_options(name: str, causal: bool, option: str):
     if name == "length" and not causal or name == "sort_unique" and causal:
         pytest.skip("defined for the other attention direction only")
     rng = random.Random(7)
     inputs = [[rng.choice(VOCAB) for _ in range(k)] for k in (1, 2, 5, 9, 12, 12)]
     if name == "sort_unique":
         inputs = [rng.sample(VOCAB, k) for k in (1, 2, 3, 4, 4)]
-    ct = assert_compiled_agrees(PROGRAMS[name](), VOCAB, 12, causal, inputs, onehot_max=0)
-    one_hot = [n.label for n in ct.program.nodes if n.encoding == "onehot" and not n.needs_table
-               and not (n.kind == "attn" and n.deps[0].encoding == "onehot")]  # an aggregate copies its value's kind
-    assert one_hot == [], f"one-hot s-ops left with onehot_max=0: {one_hot}"
+    ct = assert_compiled_agrees(PROGRAMS[name](), VOCAB, 12, causal, inputs, **OPTIONS[option])
+    if option == "codes only":
+        one_hot = [n.label for n in ct.program.nodes if n.encoding == "onehot" and not n.needs_table
+                   and not (n.kind == "attn" and n.deps[0].encoding == "onehot")]  # an aggregate copies its value's kind
+        assert one_hot == [], f"one-hot s-ops left with onehot_max=0: {one_hot}"
 
 
+@pytest.mark.parametrize("option", sorted(OPTIONS))
 @pytest.mark.parametrize("name", sorted(TRACR_PROGRAMS))
-def test_tracr_library_programs_equal_the_interpreter_with_codes_only(name: str):
+def test_tracr_library_programs_equal_the_interpreter_with_compile_options(name: str, option: str):
     build, vocab = TRACR_PROGRAMS[name]
     rng = random.Random(3)
     for causal in (False, True):
         inputs = [[rng.choice(vocab) for _ in range(k)] for k in (1, 3, 6, 10, 10)]
-        assert_compiled_agrees(build(10), vocab, 10, causal, inputs, onehot_max=0)
+        assert_compiled_agrees(build(10), vocab, 10, causal, inputs, **OPTIONS[option])
 
 
 def test_program_p_with_coded_cells_matches_the_simulator_and_is_narrower():
