@@ -4,7 +4,7 @@
     python bench/bench_results_reproducible.py --variants default threads2
 
 Evaluates the construction and the committed checkpoints exactly as ``python -m lengthgen.plot all``
-does (``lengthgen.plot.measure``: 1000 additions per length, lengths 1-15, seed 999), once per variant,
+does (``lengthgen.plot_length.measure``: 1000 additions per length, lengths 1-15, seed 999), once per variant,
 each in a fresh process, and counts the per-length values that differ from figures/results.json:
 
 * ``default``  one torch thread, as figures/regenerate.sh runs it;
@@ -39,7 +39,8 @@ FIELDS = ("loss", "exact_match", "token_accuracy")
 CHILD = """
 import json, sys, torch
 torch.set_num_threads(int(sys.argv[1]))
-from lengthgen.plot import DEFAULT_CHECKPOINTS, ROOT, measure
+from lengthgen.plot import DEFAULT_CHECKPOINTS, ROOT
+from lengthgen.plot_length import measure
 models = [(None, "construction")] + [(k, str(ROOT / p)) for k, p in DEFAULT_CHECKPOINTS.items()]
 entries = measure(models, list(range(1, 16)), 1000, 999, False)
 print(json.dumps({k: e["results"] for k, e in entries.items()}))

@@ -8,7 +8,7 @@ from hypothesis import given, strategies as st
 from lengthgen.packing import packed_rows
 from lengthgen.data import (
     DataError, add_digits, check_pack_fits, batch_from_operands, check_digits, eval_batch, layout, packed_training_batch,
-    parse_digit_range, sample_numbers, table_digits, table_size, training_batch,
+    parse_digit_list, parse_digit_range, sample_numbers, table_digits, table_size, training_batch,
 )
 from lengthgen.positions import coupled_addition_ids
 from lengthgen.tasks import ADDITION
@@ -198,6 +198,16 @@ def test_eval_batch_fixed_start_and_exact_length():
     assert (b1.tokens == b2.tokens).all()
     assert (b1.pos_ids == coupled_addition_ids(7, 2)[None, :]).all()
     assert (b1.tokens[:, 1] != 0).all() and (b1.tokens[:, 9] != 0).all()  # both operands have 7 digits
+
+
+def test_digit_lists_take_ranges_with_steps():
+    assert parse_digit_list("1-10,15-100:5") == [*range(1, 11), *range(15, 101, 5)]
+    assert parse_digit_list("7") == [7] and parse_digit_list("1-3:1") == [1, 2, 3]
+    assert parse_digit_list("5, 1-5:2 ,20") == [1, 3, 5, 20]      # sorted, repeats merged, spaces allowed
+    assert parse_digit_list("10-12:7") == [10]                     # a step past the end keeps the first
+    for bad in ("1-10:0", "1-10:x", "1-10:-2", "0-3", "5-1", "1,,2", "", "1-5:"):
+        with pytest.raises(DataError):
+            parse_digit_list(bad)
 
 
 def test_digit_ranges_and_tables():

@@ -28,6 +28,10 @@ def runs(tmp_path_factory) -> dict[str, Path]:
                           steps=15, checkpoint_every=1000)
         assert train(cfg, root / scheme, progress=False) == 0
         out[scheme] = root / scheme
+    cfg = TrainConfig(d_model=32, d_mlp=64, batch_size=32, train_digits="1-3", max_digits=6, steps=15,
+                      checkpoint_every=1000, seed=1, data_seed=1)          # a second seed of "coupled"
+    assert train(cfg, root / "coupled_seed1", progress=False) == 0
+    out["coupled_seed1"] = root / "coupled_seed1"
     out["construction"] = export(root / "construction", n_digits=8)
     cfg = TrainConfig(task="multiplication_nx2", layers=2, heads=2, d_model=32, d_mlp=64, batch_size=32,
                       train_digits="1-3", max_digits=5, steps=10, checkpoint_every=1000)
@@ -73,6 +77,69 @@ def test_length_figure_and_results(runs, tmp_path, capsys):
     assert [r["n"] for r in data["nope"]["results"]] == list(range(1, 9))  # NoPE: no table
     assert all(r["exact_match"] == 1.0 for r in data["Theorem 5.1 construction"]["results"])
     assert data["coupled"]["steps"] == 15 and data["Theorem 5.1 construction"]["kind"] == "construction"
+
+
+def test_a_seed_group_is_the_mean_and_range_of_its_checkpoints_on_the_lengths_all_reach():
+    from lengthgen.plot_length import length_figure, seed_group
+
+    def seed(ck: str, ems: dict[int, float]) -> dict:
+        return {"checkpoint": ck, "task": "addition", "positions": "coupled", "kind": "trained", "train_digits": "1-3",
+                "results": [{"n": n, "exact_match": e, "token_accuracy": e, "samples": 10} for n, e in ems.items()]}
+
+    group = seed_group("g", [seed("a", {1: 1.0, 2: 0.5, 3: 0.2}), seed("b", {1: 0.9, 2: 0.7}),
+                             seed("c", {1: 0.8, 2: 0.6, 3: 0.9})])      # "b"'s table stops at 2 digits
+    assert group["checkpoints"] == ["a", "b", "c"] and len(group["seeds"]) == 3
+    assert [r["n"] for r in group["results"]] == [1, 2]
+    one, two = group["results"]
+    assert one["exact_match"] == pytest.approx(0.9) and two["exact_match"] == pytest.approx(0.6)
+    assert (one["exact_match_min"], one["exact_match_max"]) == (0.8, 1.0)
+    assert (two["exact_match_min"], two["exact_match_max"]) == (0.5, 0.7)
+    assert two["exact_match_per_seed"] == [0.5, 0.7, 0.6]
+    fig = length_figure({"g": group}, "t")
+    ax = fig.axes[0]
+    (line,) = [x for x in ax.get_lines() if x.get_label().startswith("g")]
+    assert "mean of 3 seeds" in line.get_label()
+    assert list(line.get_ydata()) == pytest.approx([90.0, 60.0])
+    (band,) = ax.collections
+    ys = band.get_paths()[0].vertices[:, 1]
+    assert ys.min() == pytest.approx(50.0) and ys.max() == pytest.approx(100.0)
+
+
+def test_checkpoints_given_one_label_keep_their_own_numbers(runs, tmp_path):
+    import lengthgen.plot_length as plot_length
+
+    alone = {k: plot_length.measure([(k, str(runs[k]))], [1, 2], 20, progress=False)[k]["results"]
+             for k in ("coupled", "coupled_seed1")}
+    res = tmp_path / "seeds.json"
+    assert main(["length", "--checkpoint", f"tiny={runs['coupled']}", "--checkpoint", f"tiny={runs['coupled_seed1']}",
+                 "--digits", "1-2", "--samples", "20", "--out", str(tmp_path / "s.png"), "--results", str(res),
+                 "--no-progress"]) == 0
+    assert_images(tmp_path / "s.png")
+    group = json.loads(res.read_text())["models"]["tiny"]
+    assert group["checkpoints"] == [str(runs["coupled"]), str(runs["coupled_seed1"])]
+    assert [s["results"] for s in group["seeds"]] == [alone["coupled"], alone["coupled_seed1"]]
+
+
+def test_a_seed_group_of_different_recipes_is_refused(runs, tmp_path, capsys):
+    assert main(["length", "--checkpoint", f"x={runs['coupled']}", "--checkpoint", f"x={runs['nope']}",
+                 "--digits", "1-2", "--samples", "4", "--out", str(tmp_path / "x.png"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "labelled 'x' differ in positions" in err[0] and "different labels" in err[0]
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("digits, top", [("1-40", 40), ("1-10,15-100:5", 100)])
+def test_a_wide_span_of_lengths_gets_a_dozen_ticks_not_one_each(runs, tmp_path, monkeypatch, digits, top):
+    """However many lengths are measured (40, or 28 spread to 100), a span past 30 digits is labelled
+    with about a dozen integer ticks, so the labels of 1..10 do not run into each other."""
+    import lengthgen.plot_length as plot_length
+
+    figures = []
+    monkeypatch.setattr(plot_length, "save_figure", lambda fig, paths: figures.append(fig))
+    assert main(["length", "--checkpoint", f"nope={runs['nope']}", "--digits", digits, "--samples", "2",
+                 "--out", str(tmp_path / "n.png"), "--no-progress"]) == 0
+    ticks = [t for t in figures[0].axes[0].get_xticks() if 1 <= t <= top]
+    assert 5 <= len(ticks) <= 13 and all(float(t).is_integer() for t in ticks)
 
 
 def test_bad_plot_input(runs, tmp_path, capsys):
@@ -201,11 +268,11 @@ def test_length_figure_keeps_every_model_visible_and_distinct(runs, tmp_path, mo
     markers; every model has its own colour (no two blues), marker and dash pattern."""
     import colorsys
 
-    import lengthgen.plot
+    import lengthgen.plot_length
     from matplotlib.colors import to_rgb
 
     figures = []
-    monkeypatch.setattr(lengthgen.plot, "save_figure", lambda fig, paths: figures.append(fig))
+    monkeypatch.setattr(lengthgen.plot_length, "save_figure", lambda fig, paths: figures.append(fig))
     checkpoints = [f"m{i}={runs['coupled' if i % 2 else 'nope']}" for i in range(7)]  # as many as there are styles
     argv = ["length", "--construction", str(runs["construction"]), "--digits", "1-2", "--samples", "4",
             "--out", str(tmp_path / "len.png"), "--no-progress"]
@@ -234,3 +301,23 @@ def test_long_probes_get_every_kth_digit_label_and_every_marker():
     keep, shown = readable_ticks(labels)
     assert len(shown) <= 48 and shown == [labels[i] for i in keep]
     assert {"BOS", "+", "="} <= set(shown) and keep == sorted(keep)
+
+
+@pytest.mark.parametrize("n, annotated", [(6, True), (40, False)])
+def test_the_zoom_of_a_long_probe_keeps_its_row_labels_apart_and_its_cells_unwritten(n, annotated):
+    """A 40-digit probe's zoom (42 rows in about 2 inches) gets as many row labels per inch as the full
+    map, and its cells are too small for the weights to be printed in them; a 6-digit one keeps both."""
+    from lengthgen.plot_attention import HeadMatch, attention_figure
+
+    T = 3 * n + 5
+    att = np.full((2, T, T), 0.5)
+    fig = attention_figure(att, att[None], n, [HeadMatch(0, 0, 0, 1.0, 1.0), HeadMatch(1, 0, 1, 1.0, 1.0)],
+                           ("h1", "h2"), "t")
+    zooms = [ax for ax in fig.axes if ax.get_title().startswith("zoom")]
+    rows = answer_rows(n)
+    for ax in zooms:
+        labels = [t.get_text() for t in ax.get_yticklabels()]
+        height_in = ax.get_position().height * fig.get_size_inches()[1]
+        assert len(labels) / height_in <= 48 / 6.2 + 1e-9 or len(labels) <= 6, (len(labels), height_in)
+        assert (len(labels) == rows.stop - rows.start) == annotated
+        assert bool(ax.texts) == annotated

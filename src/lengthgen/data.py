@@ -63,6 +63,25 @@ def parse_digit_range(text: str) -> tuple[int, int]:
     return lo, hi
 
 
+def parse_digit_list(text: str) -> list[int]:
+    """Comma-separated ranges with an optional step: ``"1-10,15-100:5"`` → 1..10, 15, 20, ..., 100.
+
+    Each item is what :func:`parse_digit_range` takes, optionally followed by ``:STEP``; the result is
+    sorted and without repeats. Raises :class:`DataError` on anything else."""
+    out: set[int] = set()
+    for item in str(text).split(","):
+        span, sep, step_text = item.strip().partition(":")
+        try:
+            step = int(step_text) if sep else 1
+        except ValueError:
+            step = 0
+        if step < 1:
+            raise DataError(f"bad step in {item.strip()!r}; write e.g. 15-100:5 (a step of at least 1)")
+        lo, hi = parse_digit_range(span)
+        out.update(range(lo, hi + 1, step))
+    return sorted(out)
+
+
 def uses_positions(scheme: str) -> bool:
     return check_scheme(scheme) in ("coupled", "ape")
 

@@ -6,6 +6,8 @@
         --digits 5 --samples 1 --out figures/attention_multiplication_trained.png   # DIR: constructions.multiplication export
     python -m lengthgen.plot length --checkpoint coupled=runs/A --checkpoint ape=runs/B \\
         --checkpoint nope=runs/C --construction construction --digits 1-15 --out figures/length_generalization.png
+    python -m lengthgen.plot length --checkpoint coupled=runs/S0 --checkpoint coupled=runs/S1 \\
+        --digits 1-10,15-100:5 --out figures/long.png      # one label, two seeds: their mean and range
     python -m lengthgen.plot all [--construction DIR] [--force]   # every figure from the committed checkpoints/
 
 Every model is a checkpoint (a path, or a name registered in the entry-point group
@@ -21,12 +23,14 @@ from typing import Any
 
 import torch
 
-from .data import DataError, parse_digit_range
+from .data import DataError, parse_digit_list
 from .decode import DECISION_MARGIN
 from .evaluate import DEFAULT_SEED, evaluate, load_for_eval, mean_attention
+from .figure_files import check_free, outputs, save_figure, train_info
 from .plot_attention import match_heads, attention_figure
+from .plot_length import length_command, parse_models
 from .cli import non_negative_integer, run_cli
-from .runs import OneLineParser, RunError, check_writable, fail, read_json, write_json
+from .runs import OneLineParser, RunError, fail, write_json
 
 PROG = "python -m lengthgen.plot"
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,72 +43,15 @@ DEFAULT_CHECKPOINTS = {  # label -> committed checkpoint (all 1 layer, 2 heads, 
     "plain APE": "checkpoints/addition_ape_1l2h",
     "NoPE": "checkpoints/addition_nope_1l2h",
 }
-#: (colour, marker, line style) for the 1st, 2nd, ... trained model: Okabe–Ito colour-blind-safe colours
-#: (yellow left out: too pale on white; sky blue left out: too close to blue), then grey and brown; no
-#: colour, marker or dash pattern used twice, so the lines stay apart in grey print too
-MODEL_STYLES = [
-    ("#0072B2", "o", "-"), ("#D55E00", "s", (0, (6, 2))), ("#009E73", "D", "-."), ("#E69F00", "v", ":"),
-    ("#CC79A7", "p", (0, (3, 1, 1, 1, 1, 1))), ("#666666", "P", (0, (8, 2, 2, 2))), ("#8C564B", "X", (0, (1, 3))),
+#: the figure out to 100 digits: models trained on 1-10 digits with a position table for 100; a label given
+#: more than once is one curve, the mean of its seeds with a lowest-highest band (lengthgen.plot_length)
+LONG_CHECKPOINTS = [
+    *[("coupling, packed rows, late entropy penalty", f"checkpoints/addition_coupled_1l2h_packed_entropy_001_late{s}")
+      for s in ("", "_seed1", "_seed2")],
+    ("plain APE", "checkpoints/addition_ape_1l2h_100"),
+    ("NoPE", "checkpoints/addition_nope_1l2h_100"),
 ]
-#: the construction: thin black line with open stars, drawn beneath the trained models (which often lie
-#: on it at 100 %), so it never hides them
-CONSTRUCTION_STYLE = ("#000000", "*", (0, (2, 2)))
-DODGE = 0.09  # horizontal offset between neighbouring models' markers (lengths are integers)
-
-
-def outputs(out: str | Path) -> list[Path]:
-    """The PNG and PDF written for ``out`` (its suffix is replaced)."""
-    out = Path(out)
-    if out.suffix.lower() not in (".png", ".pdf", ""):
-        raise RunError(f"{out}: the output must end in .png or .pdf (both are written)")
-    return [out.with_suffix(".png"), out.with_suffix(".pdf")]
-
-
-def check_free(paths: list[Path], force: bool) -> None:
-    """Before any work: refuse outputs that exist (without ``force``) or cannot be written."""
-    taken = [str(p) for p in paths if p.exists()]
-    if taken and not force:
-        raise RunError(f"{', '.join(taken)} already exist(s); use --force to overwrite")
-    for p in paths:
-        check_writable(p)
-
-
-def save_figure(fig: Any, paths: list[Path]) -> None:
-    """Save atomically (temporary name, then rename) as every path's format; an unsupported format
-    or a place that cannot be written is a :class:`RunError` (one line), and nothing is left behind."""
-    import matplotlib.pyplot as plt
-
-    try:
-        supported = fig.canvas.get_supported_filetypes()
-        for p in paths:
-            if p.suffix.lstrip(".").lower() not in supported:
-                raise RunError(f"{p}: cannot write a figure as {p.suffix or 'a file without extension'}; "
-                               f"use .png or .pdf")
-            check_writable(p)
-        for p in paths:
-            p.parent.mkdir(parents=True, exist_ok=True)
-            tmp = p.with_name(f".{p.stem}.tmp{p.suffix}")
-            meta = {"Software": "lengthgen"} if p.suffix == ".png" else {"CreationDate": None}  # reproducible PDFs
-            try:
-                fig.savefig(tmp, dpi=150 if p.suffix == ".png" else None, metadata=meta)
-                tmp.replace(p)
-            except OSError as exc:
-                tmp.unlink(missing_ok=True)
-                raise RunError(f"cannot write {p}: {exc.strerror or exc}") from None
-    finally:
-        plt.close(fig)
-
-
-def train_info(checkpoint: str) -> dict[str, Any]:
-    """Training seconds / steps / parameters / packed fraction from the ``summary.json`` beside a
-    checkpoint, if any."""
-    p = Path(checkpoint)
-    for cand in (p / "summary.json", p.parent / "summary.json"):
-        if cand.is_file():
-            s = read_json(cand)
-            info = {k: s.get(k) for k in ("train_seconds", "steps", "params", "threads", "device")}
-            return {**info, "pack": (s.get("config") or {}).get("pack", 0.0)}
-    return {}
+LONG_DIGITS = "1-10,15-100:5"
 
 
 def attention_command(construction: str, checkpoint: str, n: int, samples: int, out: str | Path, force: bool,
@@ -194,95 +141,6 @@ def layered_attention_command(cons, cons_desc: dict[str, Any], trained, desc: di
                                "closest": m.closest} for m in tr]}
 
 
-def measure(models: list[tuple[str | None, str]], digits: list[int], samples: int, seed: int, progress: bool
-            ) -> dict[str, Any]:
-    """Evaluate each ``(label, checkpoint)`` on the ``digits`` its position table holds (a label of
-    ``None`` takes the name the checkpoint carries)."""
-    from . import task_batches
-
-    entries: dict[str, Any] = {}
-    for label, ck in models:
-        model, desc = load_for_eval(ck, max(digits))
-        label = label or desc["name"]
-        table = model.cfg.n_ctx if model.cfg.positional == "learned" else 1
-        limit = task_batches.table_digits(desc["task"], desc["positions"], table)
-        usable = [n for n in digits if limit is None or n <= limit]
-        rows = evaluate(model, desc["positions"], usable, samples, task=desc["task"], seed=seed, progress=progress,
-                        what=ck)
-        entries[label] = {"checkpoint": ck, "task": desc["task"], "positions": desc["positions"], "kind": desc["kind"],
-                          "train_digits": desc["train_digits"], "results": rows,
-                          "params": sum(p.numel() for p in model.parameters()), **train_info(ck)}
-    return entries
-
-
-def length_figure(entries: dict[str, Any], title: str, zoom_from: float = 90.0):
-    """Exact match vs operand length, one line per model, trained range shaded (paper's Figure 1 style);
-    the right panel repeats the plot for ``zoom_from``..100 % so the models near 100 % can be told apart."""
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(12.5, 5.6), gridspec_kw={"width_ratios": [3, 2]})
-    spans = sorted({parse_digit_range(e["train_digits"]) for e in entries.values() if e.get("train_digits")})
-    all_n = sorted({r["n"] for e in entries.values() for r in e["results"]})
-    for ax, (y_lo, y_hi) in zip(axes, [(-3, 104), (zoom_from, 100.4)]):
-        for i, (lo, hi) in enumerate(spans):
-            ax.axvspan(lo - 0.5, hi + 0.5, color="0.88", zorder=0, label="trained lengths" if i == 0 else None)
-        trained = [label for label, e in entries.items() if e.get("kind") != "construction"]
-        for label, e in entries.items():
-            xs = [r["n"] for r in e["results"]]
-            ys = [100 * r["exact_match"] for r in e["results"]]
-            if e.get("kind") == "construction":
-                color, marker, ls = CONSTRUCTION_STYLE
-                ax.plot(xs, ys, marker=marker, color=color, label=label, lw=1.2, ms=10, ls=ls, mfc="none",
-                        mec=color, mew=0.9, zorder=2)
-                continue
-            i = trained.index(label)
-            color, marker, ls = MODEL_STYLES[i % len(MODEL_STYLES)]
-            dx = (i - (len(trained) - 1) / 2) * DODGE
-            ax.plot([x + dx for x in xs], ys, marker=marker, color=color, label=label, lw=1.8, ms=6.5, ls=ls,
-                    mec="black", mew=0.6, zorder=3 + i)
-        ax.set_xticks(all_n)
-        ax.set_xlim(min(all_n) - 0.6, max(all_n) + 0.6)
-        ax.set_ylim(y_lo, y_hi)
-        ax.set_xlabel("operand length n (digits)", fontsize=12)
-        ax.tick_params(labelsize=10.5)
-        ax.grid(alpha=0.3, zorder=1)
-    axes[0].set_ylabel("exact match (%)", fontsize=12)
-    fig.suptitle(title, fontsize=13)
-    axes[0].set_title("all lengths", fontsize=11)
-    axes[1].set_title(f"zoom on {zoom_from:g}–100 %", fontsize=11)
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, fontsize=10.5, loc="lower center", ncol=4, frameon=False)
-    fig.tight_layout(rect=(0, 0.13, 1, 1))
-    return fig
-
-
-def length_command(models: list[tuple[str | None, str]], digits: list[int], samples: int, out: str | Path,
-                   force: bool, seed: int = DEFAULT_SEED, progress: bool = True, log=print) -> dict[str, Any]:
-    paths = outputs(out)
-    check_free(paths, force)
-    entries = measure(models, digits, samples, seed, progress)
-    width = max(map(len, entries)) + 1
-    for label, e in entries.items():
-        log(f"{label:<{width}} " + " ".join(f"{r['n']}:{100 * r['exact_match']:.1f}" for r in e["results"]))
-    fig = length_figure(entries, f"Addition: exact match vs operand length ({samples} test additions per length)")
-    save_figure(fig, paths)
-    log(f"wrote {', '.join(map(str, paths))}")
-    return {"samples": samples, "seed": seed, "models": entries}
-
-
-def parse_models(specs: list[str]) -> list[tuple[str | None, str]]:
-    """``LABEL=PATH`` or ``PATH`` options as ``(label, path)`` pairs (label: the directory's name)."""
-    models = []
-    for spec in specs:
-        label, sep, path = spec.partition("=")
-        if not sep:
-            label, path = Path(spec).name, spec
-        if not label or not path:
-            raise RunError(f"bad --checkpoint {spec!r}; write LABEL=PATH or PATH")
-        models.append((label, path))
-    return models
-
-
 def parser() -> OneLineParser:
     p = OneLineParser(prog=PROG, description="Figures (PNG + PDF): attention maps of a construction vs a trained "
                       "model, exact match vs operand length, or all of them (docs/training.md). Every model is a "
@@ -296,10 +154,13 @@ def parser() -> OneLineParser:
     a.add_argument("--samples", type=int, default=1000, help="probe examples averaged (1: one example)")
     a.add_argument("--out", default="figures/attention_addition.png", help="figure path; a .png and a .pdf are written")
     ln = sub.add_parser("length", help="exact match vs operand length")
-    ln.add_argument("--checkpoint", action="append", default=[], help="LABEL=PATH (repeatable)")
+    ln.add_argument("--checkpoint", action="append", default=[],
+                    help="LABEL=PATH (repeatable; checkpoints given one label, e.g. seeds, are one curve: their "
+                    "mean, with a band from the lowest to the highest)")
     ln.add_argument("--construction", help="also evaluate this construction (checkpoint path or registered name, "
                     "e.g. construction)")
-    ln.add_argument("--digits", default="1-15", help="operand lengths to evaluate, e.g. 1-15")
+    ln.add_argument("--digits", default="1-15", help="operand lengths to evaluate: ranges, each with an optional "
+                    "step, separated by commas, e.g. 1-15 or 1-10,15-100:5")
     ln.add_argument("--samples", type=int, default=1000, help="test examples per length")
     ln.add_argument("--out", default="figures/length_generalization.png", help="figure path; a .png and a .pdf are written")
     ln.add_argument("--results", help="also write the measured numbers to this JSON file")
@@ -309,6 +170,8 @@ def parser() -> OneLineParser:
     al.add_argument("--samples", type=int, default=1000, help="test examples per length and probe examples per map")
     al.add_argument("--construction", default=CONSTRUCTION,
                     help="Theorem 5.1's model: a checkpoint directory (figures/regenerate.sh exports one) or registered name")
+    al.add_argument("--long-construction", default=CONSTRUCTION,
+                    help="the same for the figure out to 100 digits (its position table must hold 100 digits)")
     for q in (a, ln, al):
         q.add_argument("--seed", type=non_negative_integer, default=DEFAULT_SEED, help="seed of the test and probe examples")
         q.add_argument("--force", action="store_true", help="overwrite existing outputs")
@@ -333,53 +196,62 @@ def _main(argv: list[str] | None) -> int:
             attention_command(args.construction, args.checkpoint, args.digits, args.samples, args.out, args.force,
                               args.seed)
         elif args.command == "length":
-            lo, hi = parse_digit_range(args.digits)
+            digits = parse_digit_list(args.digits)
             if not args.checkpoint and not args.construction:
                 raise RunError("nothing to plot: give --checkpoint LABEL=PATH and/or --construction CHECKPOINT")
             if args.results:
                 check_free([Path(args.results)], args.force)  # before any figure is written
             models = ([(None, args.construction)] if args.construction else []) + parse_models(args.checkpoint)
-            res = length_command(models, list(range(lo, hi + 1)), args.samples, args.out, args.force, args.seed,
+            res = length_command(models, digits, args.samples, args.out, args.force, args.seed,
                                  not args.no_progress)
             if args.results:
                 write_json(Path(args.results), res)
         else:
-            return all_command(Path(args.out_dir), args.construction, args.samples, args.seed, args.force,
+            return all_command(Path(args.out_dir), args.construction, args.long_construction, args.samples, args.seed, args.force,
                                not args.no_progress)
     except (DataError, RunError, ValueError) as exc:
         return fail(PROG, str(exc))
     return 0
 
 
-def all_command(out_dir: Path, construction: str, samples: int, seed: int, force: bool, progress: bool) -> int:
+def all_command(out_dir: Path, construction: str, long_construction: str, samples: int, seed: int, force: bool,
+                progress: bool) -> int:
     """Regenerate the attention and length-generalization figures and ``results.json`` from the
-    committed checkpoints and ``construction``."""
+    committed checkpoints and ``construction`` (``long_construction`` for the figure out to 100 digits)."""
     models = {label: str(ROOT / p) for label, p in DEFAULT_CHECKPOINTS.items()}
-    missing = [p for p in models.values() if not Path(p).exists()]
+    long_models = [(label, str(ROOT / p)) for label, p in LONG_CHECKPOINTS]
+    missing = [p for p in [*models.values(), *(p for _, p in long_models)] if not Path(p).exists()]
     if missing:
         raise RunError(f"missing committed checkpoint(s): {', '.join(missing)}")
     results = out_dir / "results.json"
     att_figs = {"attention_addition.png": "coupling, packed rows",
                 "attention_addition_unpacked.png": "coupling, one problem per row"}
-    targets = [p for f in [*att_figs, "length_generalization.png"] for p in outputs(out_dir / f)] + [results]
+    length_figs = ["length_generalization.png", "length_generalization_100.png"]
+    targets = [p for f in [*att_figs, *length_figs] for p in outputs(out_dir / f)] + [results]
     check_free(targets, force)
     attention = {}
     for fig_name, label in att_figs.items():
         print(f"{fig_name} ({label}):")
         attention[fig_name] = attention_command(construction, models[label], 6, samples, out_dir / fig_name, True, seed)
     length = length_command([(None, construction), *models.items()], list(range(1, 16)), samples,
-                            out_dir / "length_generalization.png", True, seed, progress)
+                            out_dir / length_figs[0], True, seed, progress)
+    long = length_command([(None, long_construction), *long_models], parse_digit_list(LONG_DIGITS), samples,
+                          out_dir / length_figs[1], True, seed, progress)
     rel = lambda p: str(Path(p).relative_to(ROOT)) if str(p).startswith(str(ROOT)) else str(p)
-    for e in length["models"].values():
-        e["checkpoint"] = ("exported by python -m constructions.addition export" if e["kind"] == "construction"
-                           else rel(e["checkpoint"]))
+    for e in [*length["models"].values(), *long["models"].values()]:
+        for one in e.get("seeds", [e]):
+            one["checkpoint"] = ("exported by python -m constructions.addition export" if one["kind"] == "construction"
+                                 else rel(one["checkpoint"]))
+        if "checkpoints" in e:
+            e["checkpoints"] = [rel(p) for p in e["checkpoints"]]
     for att in attention.values():
         att["checkpoint"] = rel(att["checkpoint"])
     write_json(results, {"generated_by": "python -m lengthgen.plot all (figures/regenerate.sh)",
                          "evaluation": "teacher-forced; a prediction is right only if its logit beats every other "
                                        "by more than lengthgen.decode.DECISION_MARGIN; exact match = every answer "
                                        "digit and the final EOS right", "decision_margin": DECISION_MARGIN,
-                         "length_generalization": length, "attention": attention, "torch": torch.__version__})
+                         "length_generalization": length, "length_generalization_100": long,
+                         "attention": attention, "torch": torch.__version__})
     print(f"wrote {results}")
     return 0
 
