@@ -85,6 +85,14 @@ def test_an_input_off_its_code_gives_the_exact_output_only_with_a_plateau():
     assert moved[0.25] <= 1e-12 and moved[0.0] > 0.1        # float64 rounding only, against a slope times 0.2
 
 
+@pytest.mark.parametrize("p, gap, ramp", [(0.25, 1, 0.5), (0.2, 1, 0.5), (0.25, 4, 2.0), (0.3, 1, 0.25), (0.1, 3, 2.0)])
+def test_the_ramp_is_the_widest_power_of_two_that_leaves_p_of_the_gap_on_each_side(p, gap, ramp):
+    block = _piecewise_linear(None, {0: 1.0}, 0.0, {0.0: {0: 0.0}, float(gap): {0: 1.0}}, "t", p)
+    starts = sorted(-bias for _, bias, _ in block.units)
+    assert starts == [(gap - ramp) / 2, (gap + ramp) / 2]
+    assert [w[0] for _, _, w in sorted(block.units, key=lambda u: -u[1])] == [1 / ramp, -1 / ramp]
+
+
 @pytest.mark.parametrize("bad", [0.5, -0.1, 1, True, "0.25", float("nan")])
 def test_plateau_must_be_below_one_half(bad):
     with pytest.raises(CompileError, match=r"plateau must be a number with 0 <= plateau < 0.5"):

@@ -142,7 +142,7 @@ def _best_strides(comps: list, outs: dict[tuple, Any]) -> list[int]:
 
 
 def _piecewise_linear(node: Node, z: Feature, z_bias: float, table: dict[float, Feature], text: str,
-                      plateau: float = 0.0) -> MLPBlock:
+                      plateau: float) -> MLPBlock:
     """The MLP of the module docstring for the table ``z_i -> out(z_i)``: the piecewise-linear
     interpolation ``out(z_0) + sum_i c_i ReLU(z - t_i)``, one unit per change of slope ``c_i``
     (a step costs two units; a run where the output is constant or linear in ``z`` costs none).
@@ -179,7 +179,7 @@ def _piecewise_linear(node: Node, z: Feature, z_bias: float, table: dict[float, 
     return block
 
 
-def _affine_table(node: Node, layout: Layout, plateau: float = 0.0) -> MLPBlock:
+def _affine_table(node: Node, layout: Layout, plateau: float) -> MLPBlock:
     """The identity table ``z -> z`` on the node's integer values, ``z = a*x + b*y + c`` (the
     verified affine form): its interpolation has one unit per change of slope, so at most one
     per value (an ordinal output's code is linear in ``z``, its square is not)."""
@@ -191,7 +191,7 @@ def _affine_table(node: Node, layout: Layout, plateau: float = 0.0) -> MLPBlock:
     return _piecewise_linear(node, z, float(form.const), table, text, plateau)
 
 
-def _width_decoder(node: Node, layout: Layout, plateau: float = 0.0) -> MLPBlock:
+def _width_decoder(node: Node, layout: Layout, plateau: float) -> MLPBlock:
     """Selector width: the head left ``1/(w+1)`` in the scratch dimension; decode ``w``."""
     table = {1.0 / (v + 1): layout.write(node, v) for v in node.values}
     return _piecewise_linear(node, {layout.scratch(node): 1.0}, 0.0, table,
