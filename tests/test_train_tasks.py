@@ -132,8 +132,10 @@ def test_a_task_trained_and_evaluated_through_the_clis(tmp_path, capsys):
     assert evaluate_main(["--checkpoint", str(out), "--digits", "6", "--no-progress"]) == 2
     assert "do not fit the position table" in one_error_line(capsys)
     # what cannot be trained is refused with one line, before anything is written
+    assert main(["--task", "multiplication_nx1", "--pack", "0.5", "--out", str(tmp_path / "p"), *tiny]) == 2
+    assert "--pack is defined for addition, copy and reverse" in one_error_line(capsys)
     assert main(["--task", "copy", "--pack", "0.5", "--out", str(tmp_path / "p"), *tiny]) == 2
-    assert "--pack is defined for addition only" in one_error_line(capsys)
+    assert "raise --max-digits to at least" in one_error_line(capsys)     # packable, but the table is too small
     assert main(["--task", "division", "--out", str(tmp_path / "p"), *tiny]) == 2
     assert "unknown task" in one_error_line(capsys)
     assert not (tmp_path / "p").exists()

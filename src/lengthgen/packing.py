@@ -25,21 +25,48 @@ from .data import DOLLAR, Batch, check_pack_fits, layout, sample_numbers
 from .positions import random_start
 
 
-def _id_starts(rng: np.random.Generator, widths: np.ndarray, max_id: int, gap: int) -> np.ndarray:
-    """Start IDs ``s`` (range ``[s−1, s+n]``) for problems of ``widths = n + 2`` IDs: disjoint, at
-    least ``gap`` apart, in a random order, the free IDs split at random among the k + 1 gaps."""
+def range_begins(rng: np.random.Generator, widths: np.ndarray, max_id: int, gap: int) -> np.ndarray:
+    """First IDs of ranges of ``widths`` IDs inside ``1 .. max_id``: disjoint, at least ``gap``
+    apart, in a random order, the free IDs split at random among the k + 1 gaps."""
     k = len(widths)
     free = max_id - int(widths.sum()) - (k - 1) * gap
     cuts = np.sort(rng.integers(0, free + 1, size=k))  # k cut points split `free` into k + 1 parts
     spare = np.diff(np.concatenate([[0], cuts]))        # the first k parts: before each range
     order = rng.permutation(k)
-    starts = np.empty(k, dtype=np.int64)
+    begins = np.empty(k, dtype=np.int64)
     begin = 1
     for slot, j in enumerate(order):
         begin += int(spare[slot])
-        starts[j] = begin + 1
+        begins[j] = begin
         begin += int(widths[j]) + gap
-    return starts
+    return begins
+
+
+def _id_starts(rng: np.random.Generator, widths: np.ndarray, max_id: int, gap: int) -> np.ndarray:
+    """Start IDs ``s`` of additions of ``widths = n + 2`` IDs: their range ``[s−1, s+n]`` begins at ``s − 1``."""
+    return range_begins(rng, widths, max_id, gap) + 1
+
+
+def join(parts: list[Batch], lengths: np.ndarray, count: np.ndarray, n: np.ndarray, fill: int) -> Batch:
+    """Row ``r`` holds problems ``0 .. count[r] − 1`` of ``parts`` (each a batch of one problem per
+    row, ``lengths[j, r]`` tokens with both ``$``) back to back, each closing ``$`` the next one's BOS;
+    tokens, IDs and loss targets are the problems' own; padded with ``fill`` and ID 0."""
+    problems, batch_size = lengths.shape
+    used = np.arange(problems)[:, None] < count[None, :]
+    total = 1 + ((lengths - 1) * used).sum(0)                          # consecutive problems share a $
+    T = int(total.max())
+    tokens = np.full((batch_size, T), fill, dtype=np.int64)
+    pos = np.zeros((batch_size, T), dtype=np.int64)
+    predicts = np.zeros((batch_size, T), dtype=bool)                   # token t is a loss target
+    for r in range(batch_size):
+        at = 0
+        for j in range(int(count[r])):
+            m = int(lengths[j, r])
+            tokens[r, at:at + m] = parts[j].tokens[r, :m]
+            pos[r, at:at + m] = parts[j].pos_ids[r, :m]
+            predicts[r, at + 1:at + m] = parts[j].loss_mask[r, :m - 1]
+            at += m - 1
+    return Batch(tokens=tokens, pos_ids=pos, loss_mask=predicts[:, 1:], n=(n * used).max(0))
 
 
 def packed_rows(rng: np.random.Generator, batch_size: int, lo: int, hi: int, n_ctx: int, pack: float,
@@ -61,19 +88,4 @@ def packed_rows(rng: np.random.Generator, batch_size: int, lo: int, hi: int, n_c
         k = int(count[r])
         starts[:k, r] = _id_starts(rng, n[:k, r] + 2, max_id, gap)
     parts = [layout(*ops[j], "coupled", starts[j]) for j in range(problems)]
-    lengths = 3 * n + 5                                                # tokens of each problem, both $ included
-    used = np.arange(problems)[:, None] < count[None, :]
-    total = 1 + ((lengths - 1) * used).sum(0)                          # consecutive problems share a $
-    T = int(total.max())
-    tokens = np.full((batch_size, T), DOLLAR, dtype=np.int64)
-    pos = np.zeros((batch_size, T), dtype=np.int64)
-    predicts = np.zeros((batch_size, T), dtype=bool)                   # token t is a loss target
-    for r in range(batch_size):
-        at = 0
-        for j in range(int(count[r])):
-            m = int(lengths[j, r])
-            tokens[r, at:at + m] = parts[j].tokens[r, :m]
-            pos[r, at:at + m] = parts[j].pos_ids[r, :m]
-            predicts[r, at + 1:at + m] = parts[j].loss_mask[r, :m - 1]
-            at += m - 1
-    return Batch(tokens=tokens, pos_ids=pos, loss_mask=predicts[:, 1:], n=(n * used).max(0))
+    return join(parts, 3 * n + 5, count, n, DOLLAR)                    # 3n + 5 tokens, both $ included

@@ -121,19 +121,53 @@ def _starts(task_name: str, rng: np.random.Generator, n: np.ndarray, n_ctx: int,
     return rng.integers(1, n_ctx - widest)
 
 
+PACKABLE = ("copy", "reverse")   # besides addition: tasks whose rows can hold two problems (packed_sequence_rows)
+
+
+def check_sequence_pack_fits(hi: int, n_ctx: int, gap: int = 2) -> None:
+    """Two ``hi``-digit copy/reverse problems (``hi + 1`` IDs each, ``s .. s+n``), ``gap`` IDs apart,
+    must fit in IDs ``1 .. n_ctx − 1``; the advice names the ``--max-digits`` whose table holds them."""
+    need = 2 * (hi + 1) + gap
+    if need > n_ctx - 1:
+        raise DataError(f"--pack needs two {hi}-digit problems {gap} IDs apart in IDs 1..{n_ctx - 1}: "
+                        f"raise --max-digits to at least {need - DEFAULT_EVAL_START}")
+
+
+def packed_sequence_rows(task_name: str, rng: np.random.Generator, batch_size: int, lo: int, hi: int, n_ctx: int,
+                         pack: float, gap: int = 2) -> Batch:
+    """Copy or reverse rows of which a fraction ``pack`` hold two problems back to back,
+    ``$ x=y $ x'=y' $`` (the first closing ``$`` is the second's BOS), the loss covering both answers:
+    the addition packing of :func:`lengthgen.data.packed_training_batch` for these tasks (not in the
+    paper; docs/training.md, "Packed rows"). Each problem keeps its own coupled IDs ``s .. s+n``; the
+    two ranges are disjoint, at least ``gap`` apart, in a random order, at random inside the table
+    (:func:`lengthgen.packing.range_begins`). The other rows hold one problem with a random start."""
+    check_sequence_pack_fits(hi, n_ctx, gap)
+    n = rng.integers(lo, hi + 1, size=(2, batch_size))
+    ops = [[_operands(task_name, rng, int(k), training=True) for k in n[j]] for j in range(2)]
+    count = np.where(rng.random(batch_size) < pack, 2, 1)
+    starts = np.stack([_starts(task_name, rng, n[j], n_ctx, "coupled") for j in range(2)])
+    for r in np.nonzero(count == 2)[0]:
+        starts[:, r] = packing.range_begins(rng, n[:, r] + 1, n_ctx - 1, gap)
+    parts = [_rows(task_name, "coupled", ops[j], starts[j]) for j in range(2)]
+    return packing.join(parts, 2 * n + 3, count, n, get_task(task_name).EOS)   # 2n + 3 tokens, both $ included
+
+
 def training_batch(task_name: str, rng: np.random.Generator, batch_size: int, lo: int, hi: int, scheme: str,
                    n_ctx: int, pack: float = 0.0, pack_problems: int = 2) -> Batch:
     """A fresh training batch of ``task_name`` (operand lengths uniform on ``lo..hi``); addition
-    rows may hold up to ``pack_problems`` additions (``pack``: the fraction of rows packed)."""
+    rows may hold up to ``pack_problems`` additions, copy and reverse rows two problems (``pack``:
+    the fraction of rows packed)."""
     if task_name == "addition":
         if pack and pack_problems > 2:
             return packing.packed_rows(rng, batch_size, lo, hi, n_ctx, pack, pack_problems)
         if pack:
             return data.packed_training_batch(rng, batch_size, lo, hi, n_ctx, pack)
         return data.training_batch(rng, batch_size, lo, hi, scheme, n_ctx)
-    if pack:
-        raise DataError(f"--pack is defined for addition only, not for {task_name}")
+    if pack and task_name not in PACKABLE:
+        raise DataError(f"--pack is defined for {', '.join(('addition', *PACKABLE))}, not for {task_name}")
     check_digits(task_name, scheme, n_ctx, hi, "the model being trained")
+    if pack:
+        return packed_sequence_rows(task_name, rng, batch_size, lo, hi, n_ctx, pack)
     n = rng.integers(lo, hi + 1, size=batch_size)
     operands = [_operands(task_name, rng, int(k), training=True) for k in n]
     return _rows(task_name, scheme, operands, _starts(task_name, rng, n, n_ctx, scheme))

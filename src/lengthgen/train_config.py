@@ -68,8 +68,10 @@ class TrainConfig:
         lo, hi = parse_digit_range(self.train_digits)
         if self.positions in ("coupled", "ape") and hi > self.max_digits:
             raise DataError(f"--train-digits {self.train_digits} exceeds --max-digits {self.max_digits}")
-        if self.pack and self.task != "addition":
-            raise DataError(f"--pack is defined for addition only; --task {self.task} cannot be packed")
+        if self.pack and self.task not in ("addition", *task_batches.PACKABLE):
+            raise DataError(f"--pack is defined for addition, copy and reverse; --task {self.task} cannot be packed")
+        if self.pack_problems > 2 and self.task != "addition":
+            raise DataError(f"--pack-problems above 2 is defined for addition only; --task {self.task} packs two")
         for name in ("layers", "heads", "d_model", "steps", "batch_size", "checkpoint_every", "log_every", "max_digits"):
             if getattr(self, name) < 1:
                 raise DataError(f"--{name.replace('_', '-')} must be at least 1")
@@ -99,8 +101,10 @@ class TrainConfig:
             raise DataError(f"--pack-problems is the most additions in one packed row: at least 2, got {self.pack_problems}")
         if self.pack_problems > 2 and not self.pack:
             raise DataError("--pack-problems needs --pack F > 0 (the fraction of rows that are packed)")
-        if self.pack:
+        if self.pack and self.task == "addition":
             check_pack_fits(hi, task_batches.table_size(self.task, self.positions, self.max_digits), self.pack_problems)
+        elif self.pack:
+            task_batches.check_sequence_pack_fits(hi, task_batches.table_size(self.task, self.positions, self.max_digits))
         if self.attn_log_length and self.positions == "hard-alibi":
             raise DataError("--attn-log-length counts every earlier key; it does not combine with --positions hard-alibi")
         if self.positions == "hard-alibi" and self.window < 1:
