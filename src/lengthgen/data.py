@@ -216,17 +216,18 @@ def training_batch(
     return layout(a, b, n, scheme, start)
 
 
-def check_pack_fits(hi: int, n_ctx: int, problems: int = 2, gap: int = 2) -> None:
-    """``problems`` ``hi``-digit problems (``hi + 2`` IDs each), ``gap`` IDs apart, must fit in IDs
-    ``1 .. n_ctx − 1``; the advice names the ``--max-digits`` whose table (IDs up to
-    ``EVAL_START + max_digits``) holds them."""
+def check_pack_fits(hi: int, n_ctx: int, problems: int = 2, gap: int = 2, width: int | None = None,
+                    start: int = EVAL_START) -> None:
+    """``problems`` ``hi``-digit problems of ``width`` IDs each (an addition's ``hi + 2``, the
+    default; copy and reverse take ``hi + 1``), ``gap`` IDs apart, must fit in IDs ``1 .. n_ctx − 1``;
+    the advice names the ``--max-digits`` whose table (IDs up to ``start + max_digits``) holds them."""
     max_id = n_ctx - 1
-    need = problems * (hi + 2) + (problems - 1) * gap
+    need = problems * (hi + 2 if width is None else width) + (problems - 1) * gap
     if need > max_id:
         what = "--pack needs two" if problems == 2 else f"--pack-problems {problems} needs {problems}"
         lower = "" if problems == 2 else " or lower --pack-problems"
         raise DataError(f"{what} {hi}-digit problems {gap} IDs apart in IDs 1..{max_id}: "
-                        f"raise --max-digits to at least {need - EVAL_START}{lower}")
+                        f"raise --max-digits to at least {need - start}{lower}")
 
 
 def packed_training_batch(

@@ -59,13 +59,18 @@ def measure_one(checkpoint: str, digits: list[int], samples: int, seed: int, pro
                           "params": sum(p.numel() for p in model.parameters()), **train_info(checkpoint)}
 
 
-def seed_group(label: str, seeds: list[dict[str, Any]]) -> dict[str, Any]:
-    """One entry for several checkpoints of one label: per length (those all of them reach) the mean
-    exact match and token accuracy, the lowest and highest exact match, and each checkpoint's."""
+def _check_group(label: str, seeds: list[dict[str, Any]]) -> None:
+    """The checkpoints of one label must be one recipe's: the same task, positions and trained lengths."""
     for what in ("task", "positions", "train_digits"):
         if len({str(s[what]) for s in seeds}) > 1:
             raise RunError(f"the checkpoints labelled {label!r} differ in {what.replace('_', ' ')} "
                            f"({', '.join(sorted({str(s[what]) for s in seeds}))}); give them different labels")
+
+
+def seed_group(label: str, seeds: list[dict[str, Any]]) -> dict[str, Any]:
+    """One entry for several checkpoints of one label: per length (those all of them reach) the mean
+    exact match and token accuracy, the lowest and highest exact match, and each checkpoint's."""
+    _check_group(label, seeds)
     common = set.intersection(*({r["n"] for r in s["results"]} for s in seeds))
     rows = []
     for n in sorted(common):
@@ -88,6 +93,7 @@ def measure(models: list[tuple[str | None, str]], digits: list[int], samples: in
     for label, ck in models:
         name, entry = measure_one(ck, digits, samples, seed, progress)
         grouped.setdefault(label or name, []).append(entry)
+        _check_group(label or name, grouped[label or name])          # refuse a mixed group at once
     return {label: (runs[0] if len(runs) == 1 else seed_group(label, runs)) for label, runs in grouped.items()}
 
 

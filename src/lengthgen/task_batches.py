@@ -125,12 +125,9 @@ PACKABLE = ("copy", "reverse")   # besides addition: tasks whose rows can hold t
 
 
 def check_sequence_pack_fits(hi: int, n_ctx: int, gap: int = 2) -> None:
-    """Two ``hi``-digit copy/reverse problems (``hi + 1`` IDs each, ``s .. s+n``), ``gap`` IDs apart,
-    must fit in IDs ``1 .. n_ctx − 1``; the advice names the ``--max-digits`` whose table holds them."""
-    need = 2 * (hi + 1) + gap
-    if need > n_ctx - 1:
-        raise DataError(f"--pack needs two {hi}-digit problems {gap} IDs apart in IDs 1..{n_ctx - 1}: "
-                        f"raise --max-digits to at least {need - DEFAULT_EVAL_START}")
+    """Two ``hi``-digit copy/reverse problems (``hi + 1`` IDs each, ``s .. s+n``) must fit the table
+    (:func:`lengthgen.data.check_pack_fits`)."""
+    data.check_pack_fits(hi, n_ctx, gap=gap, width=hi + 1, start=DEFAULT_EVAL_START)
 
 
 def packed_sequence_rows(task_name: str, rng: np.random.Generator, batch_size: int, lo: int, hi: int, n_ctx: int,

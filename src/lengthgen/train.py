@@ -260,8 +260,8 @@ def parser() -> OneLineParser:
                    help="also keep the weights with the lowest validation loss at the longest --val-digits length "
                         "in OUT/best/ (the authors' model selection)")
     p.add_argument("--pack", type=float, default=d.pack,
-                   help="addition only: fraction (0-1) of coupled training rows that hold two additions with disjoint "
-                        "ID ranges, so far-apart IDs meet in training (not in the paper; docs/training.md)")
+                   help="addition, copy and reverse: fraction (0-1) of coupled training rows that hold two problems "
+                        "with disjoint ID ranges, so far-apart IDs meet in training (not in the paper; docs/training.md)")
     p.add_argument("--pack-problems", type=int, default=d.pack_problems, metavar="K",
                    help="addition only: a packed row holds 2 to K additions (K >= 3 lets queries meet many more "
                         "far keys; docs/training.md)")
