@@ -370,7 +370,7 @@ PARTS = {
          "rasp/certify/linear_states.py", "rasp/certify/run.py"),
         ("tests/test_rasp_certify.py", "tests/test_rasp_certify_fails.py", "tests/test_rasp_certify_linear_states.py",
          *(f"tests/test_rasp_certify_{m}.py" for m in (
-             "heads_selection", "heads_writes", "heads_bounds", "scores_helpers", "scores_mutants",
+             "heads_selection", "heads_writes", "heads_bounds", "value_parts", "scores_helpers", "scores_mutants",
              "mlps_arith", "mlps_tables", "state_sources", "state_boxes", "run_checks", "run_readout")),
          # the float32 branches (about 9 s): rechecks with them killed 75 survivors of the third run
          "tests/test_rasp_certify_floats_contract.py", "tests/test_rasp_certify_float32.py"),

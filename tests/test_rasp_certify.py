@@ -18,7 +18,7 @@ from rasp import lib
 from rasp.certify import PREMISE, certify
 from rasp.certify.heads import LOOKUP_TOL, TV_MAX
 from rasp.certify.run import NUMERIC_TOL
-from rasp.certify.state import COMBO_BUDGET, PAIR_BUDGET
+from rasp.certify.state import COMBO_BUDGET, PAIR_BUDGET, STATE_BUDGET
 from rasp.core import Aggregate, Comparison, Map, Select, SelectorWidth, indices, tokens
 from rasp.weights import compile_to_transformer
 
@@ -58,7 +58,7 @@ def _one_head_three_values():
 
 def test_documented_constants():
     assert (TV_MAX, LOOKUP_TOL, NUMERIC_TOL) == (1e-6, 1e-6, 1e-9)
-    assert (PAIR_BUDGET, COMBO_BUDGET, DECISION_MARGIN) == (5_000_000, 1_000_000, 1e-3)
+    assert (PAIR_BUDGET, STATE_BUDGET, COMBO_BUDGET, DECISION_MARGIN) == (200_000_000, 5_000_000, 1_000_000, 1e-3)
     assert "selects keys that all hold one value" in PREMISE
 
 

@@ -150,6 +150,17 @@ def test_budget(monkeypatch):
     assert out[:2] == ("FAIL", "budget") and "layer 0 head 0" in out[2] and "PAIR_BUDGET = 10" in out[2]
 
 
+def test_state_budget_counts_query_and_key_states(monkeypatch):
+    """The shift head enumerates N = 6 query positions and 6 key positions (scored as 36 pairs, in
+    chunks) and 3 value states (the token classes): STATE_BUDGET = 6 passes (a maximum), 5 fails
+    at the positions, before any pair is scored."""
+    monkeypatch.setattr(heads_module, "STATE_BUDGET", N)
+    assert verdict(shift())[0] == "PASS"
+    monkeypatch.setattr(heads_module, "STATE_BUDGET", N - 1)
+    out = verdict(shift())
+    assert out[:2] == ("FAIL", "budget") and "6 query or key-group states, over STATE_BUDGET = 5" in out[2]
+
+
 def test_refusals():
     with pytest.raises(CertifyError, match="non-causal"):
         certify(compile_to_transformer(lib.make_hist(), ABC, N, causal=False))

@@ -179,7 +179,7 @@ def test_a_dead_w_o_row_writes_nothing():
 def test_the_pair_budget_counts_what_the_head_reads(monkeypatch):
     """width_in_layer_1: layer 0's shift compares 4 query positions with 4 key positions (16
     pairs), layer 1's width compares 4 values of sh with 4 (16 pairs); their value maps read 3
-    token classes and BOS's token dimension (1 state). With PAIR_BUDGET = 16 the model passes and
+    token classes and BOS's token dimension (1 state). With PAIR_BUDGET = STATE_BUDGET = 16 the model passes and
     prints 16 pairs per head, also after a W_V column of the width's head whose W_O row is zero
     reads 'tokens:a', 'indices:1' and a dimension of sh (3 x 4 x 4 = 48 value states if counted)."""
     prog, ct = width_in_layer_1()
@@ -188,6 +188,7 @@ def test_the_pair_budget_counts_what_the_head_reads(monkeypatch):
     for d in (dim(ct, "tokens:a"), dim(ct, "indices:1"), ct.layout.dims[id(sh)][1]):
         set_w(attn(ct, 1).W_V, (0, d, spare), 1.0)
     monkeypatch.setattr(heads_module, "PAIR_BUDGET", 16)
+    monkeypatch.setattr(heads_module, "STATE_BUDGET", 16)
     cert = certify(ct)
     assert cert.verdict == "PASS", cert.text()
     assert [r.pairs for r in cert.heads] == [16, 16]
@@ -202,15 +203,15 @@ def _frac_of_all():
 
 
 def test_the_value_state_budget_is_inclusive(monkeypatch):
-    """2 value states pass PAIR_BUDGET = 2 (the budget is a maximum) and fail PAIR_BUDGET = 1,
+    """2 value states pass STATE_BUDGET = 2 (the budget is a maximum) and fail STATE_BUDGET = 1,
     with a reason that names the head, its s-op and the count."""
     prog, ct = _frac_of_all()
-    monkeypatch.setattr(heads_module, "PAIR_BUDGET", 2)
+    monkeypatch.setattr(heads_module, "STATE_BUDGET", 2)
     cert = certify(ct)
     assert cert.verdict == "PASS" and cert.heads[0].pairs == 1
-    monkeypatch.setattr(heads_module, "PAIR_BUDGET", 1)
+    monkeypatch.setattr(heads_module, "STATE_BUDGET", 1)
     out = verdict(ct)
-    assert out == ("FAIL", "budget", f"layer 0 head 0 ({prog.label}): 2 value states, over PAIR_BUDGET = 1")
+    assert out == ("FAIL", "budget", f"layer 0 head 0 ({prog.label}): 2 value states, over STATE_BUDGET = 1")
 
 
 def test_a_width_whose_value_map_reads_tokens_passes():

@@ -192,7 +192,7 @@ def test_combine_max():
 
 def test_union_find():
     """join(1, 2), join(3, 4), join(2, 5): {1, 2, 5}, {3, 4} and {6} are three classes."""
-    find, join = scores._union_find()
+    find, join = scores.union_find()
     join(1, 2)
     join(3, 4)
     join(2, 5)

@@ -46,8 +46,8 @@ import numpy as np
 from lengthgen.proof import interval as I
 from rasp.core import Aggregate, Comparison, Select, SelectorAnd, SelectorNot, SelectorOr, SelectorWidth
 import rasp.certify.floats as floats
-from rasp.certify.scores import margins
-from rasp.certify.state import PAIR_BUDGET, CertifyError, Fail, State, key_of
+from rasp.certify.scores import margins, source_set, union_find
+from rasp.certify.state import PAIR_BUDGET, STATE_BUDGET, CertifyError, Fail, State, key_of
 from rasp.tracr_ops import ConstantSelector
 from rasp.weights.selectors import selection_key
 
@@ -175,35 +175,19 @@ def check_head(st: State, layer: int, h: int, bos_x: I.Iv) -> tuple[HeadRow, lis
     name = f"layer {layer} head {h} ({', '.join(n.label for n in nodes)})"
     sel = nodes[0].sop.selector
     value_sop = nodes[0].sop.sop if isinstance(nodes[0].sop, Aggregate) else None
-    v_sops = [o.sop for o in st.owners(v_dims)] + [n.sop.sop for n in nodes if isinstance(n.sop, Aggregate)]
-    kn, kr = st.sources(v_sops)
-    if st.count(kr) > PAIR_BUDGET:
-        raise Fail("budget", f"{name}: {st.count(kr)} value states, over PAIR_BUDGET = {PAIR_BUDGET}")
-    K = st.combos(kn, kr)
     if isinstance(nodes[0].sop, SelectorWidth):
         out_dims = [st.layout.scratch(nodes[0])]
     else:
         out_dims = [x for n in nodes for x in st.layout.dims[id(n)]]
     if not set(w_dims.tolist()) <= set(out_dims):
         raise Fail("structure", f"{name} writes a dimension outside the s-ops it computes")
-    targets = np.zeros((len(K) + 1, len(out_dims)))            # last row: BOS
-    col = 0
-    for node in nodes:
-        width = len(st.layout.dims[id(node)]) if reduce != "width" else 1
-        cols = out_dims[col:col + width]
-        if reduce == "width":
-            targets[-1, :] = 1.0
-        else:
-            agg = node.sop
-            if node.numerical and agg.reduce == "mean":
-                _check_mean_values(st, node)
-            for i, asg in enumerate(K):
-                targets[i, col:col + width] = st.target(node, st.value(agg.sop, asg), cols)
-            targets[-1, col:col + width] = st.target(node, agg.default, cols)
-        col += width
+    parts = value_parts(st, nodes, v_dims, WV[:, used_e], WO[used_e], out_dims)
+    for sops, _, _ in parts:
+        count = st.count(st.sources(sops)[1])
+        if count > STATE_BUDGET:
+            raise Fail("budget", f"{name}: {count} value states, over STATE_BUDGET = {STATE_BUDGET}")
     margin, spread, pairs = margins(
-        st, sel, reduce, value_sop, lambda c, Q, K: selection(st, c, Q, K), q_dims, WQ, bQ, WK, bK, k_dims, bos_x, PAIR_BUDGET, name)
-    Xk = st.box(K, v_dims)
+        st, sel, reduce, value_sop, lambda c, Q, K: selection(st, c, Q, K), q_dims, WQ, bQ, WK, bK, k_dims, bos_x, (PAIR_BUDGET, STATE_BUDGET), name)
     if st.unit:                                            # float32: every score moves by <= ds
         ds = floats.score_error(floats.magnitudes(st), bos_x, WQ, bQ, WK, bK, st.unit, st.n + 1)
         margin = margin if margin == np.inf else float(I.down(margin - 2 * ds))
@@ -218,25 +202,101 @@ def check_head(st: State, layer: int, h: int, bos_x: I.Iv) -> tuple[HeadRow, lis
     if not margin > 0 or not tv <= tv_max:
         raise Fail("margin", f"{name}: margin {margin:.6g}, spread {spread:.3g}, total-variation bound "
                              f"{tv:.3g} (needs margin > 0 and a bound <= TV_MAX = {tv_max:g})")
-    keys = I.Iv(np.vstack([Xk.lo, bos_x.lo[None]]), np.vstack([Xk.hi, bos_x.hi[None]]))   # last row: BOS
-    v = floats.widen(I.affine(keys, WV), floats.value_error(floats.magnitudes(st), bos_x, WV, st.unit))
-    O = I.matmul(v, WO[:, out_dims])
-    lo, hi = O.lo, O.hi
-    dev = np.maximum(I.up(hi - targets), I.up(targets - lo)).max(0)
-    scale = np.abs(targets).max(0)
+    dev, scale, spans, V = _value_errors(st, nodes, reduce, parts, out_dims, WV, WO, bos_x)
     if np.any(~(dev <= lookup_tol * (1 + scale))):
         i = int(np.argmax(dev - lookup_tol * (1 + scale)))
         raise Fail("lookup", f"{name}: its value map misses the target in {st.layout.labels[out_dims[i]]!r} "
                              f"by up to {dev[i]:.3g}")
-    err = I.up_add(dev, I.up_mul(tv, I.up(targets.max(0) - targets.min(0))))
+    err = I.up_add(dev, I.up_mul(tv, spans))
     if st.unit:                                            # the weighted sum and W_O in float32
-        V = np.asarray(v.mag()).max(0)
         err = I.up_add(err, floats.output_error(V, WO[:, out_dims], st.unit, st.n + 1))
     if numerical_mean:
         err = I.up_add(err, I.up_mul(2.0 ** -53, scale))     # float(i/w) against i/w
     row = HeadRow(layer, h, ", ".join(n.label for n in nodes), reduce, pairs, margin, spread, leak, tv,
                   float(err.max()))
     return row, nodes, out_dims, err
+
+
+def value_parts(st: State, nodes: list, v_dims: np.ndarray, WV: np.ndarray,
+                WO: np.ndarray, out_dims: list[int]) -> list[tuple[list, list[int], list[int]]]:
+    """The head's value side split into independent parts: ``[(s-ops, columns, dims)]``, the
+    columns indexing ``out_dims`` and the dims those of ``v_dims`` that the part's s-ops own.
+
+    ``WV`` and ``WO`` are restricted to the head dimensions in use. A dimension ``d`` of the key
+    reaches a column ``c`` when some head dimension ``e`` has ``WV[d, e] != 0`` and
+    ``WO[e, c] != 0``; the written s-op owning ``c`` joins the sources of what it aggregates and
+    of every dimension reaching ``c`` (union-find). Each column's output and target then depend on
+    its own part's sources only (the other parts' dimensions reach it through no head dimension),
+    so enumerating each part's states on its own gives the same maxima as the product of all of
+    them: two aggregates of one selection in one head take ``a + b`` states instead of ``a * b``."""
+    find, join = union_find()
+    index = {id(n): j for j, n in enumerate(nodes)}
+    col_node = [index[id(st.owner[d])] for d in out_dims]       # a width's scratch is its own
+    for j, node in enumerate(nodes):
+        aggregated = source_set(st, node.sop.sop) if isinstance(node.sop, Aggregate) else set()
+        join(("node", j), *[("src", x) for x in aggregated])
+    reach = (WV[v_dims] != 0) @ (WO[:, out_dims] != 0)                  # boolean: or of ands
+    owned = [(i, int(d), st.owner[d]) for i, d in enumerate(v_dims) if st.owner[d] is not None]
+    for i, _, owner in owned:
+        join(*[("src", x) for x in source_set(st, owner.sop)],
+             *[("node", col_node[c]) for c in np.nonzero(reach[i])[0]])
+    parts: dict = {}
+    for j, node in enumerate(nodes):
+        sops = parts.setdefault(find(("node", j)), ([], [], []))[0]
+        if isinstance(node.sop, Aggregate):
+            sops.append(node.sop.sop)
+    for c in range(len(out_dims)):
+        parts[find(("node", col_node[c]))][1].append(c)
+    for _, d, owner in owned:
+        part = parts[find(("src", next(iter(source_set(st, owner.sop)))))]
+        part[0].append(owner.sop)                    # a repeat adds no source (State.sources)
+        part[2].append(d)
+    return list(parts.values())
+
+
+def _value_errors(st: State, nodes: list, reduce: str, parts: list, out_dims: list[int],
+                  WV: np.ndarray, WO: np.ndarray, bos_x: I.Iv):
+    """Per column of ``out_dims``: the value map's largest miss of its target over the key states
+    and BOS, the largest target magnitude and the targets' range; and (float32) the largest
+    magnitude of each head dimension of ``v``. Each part of :func:`value_parts` is enumerated on
+    its own; a head dimension of another part holds only its constant terms there, so the maximum
+    over the parts of ``|v|`` bounds it."""
+    dev, scale, spans = (np.zeros(len(out_dims)) for _ in range(3))
+    V = np.zeros(WV.shape[1])
+    for sops, cols, dims in parts:
+        K = st.combos(*st.sources(sops))
+        part_dims = [out_dims[c] for c in cols]
+        targets = _targets(st, nodes, reduce, K, part_dims)
+        Xk = st.box(K, dims)
+        keys = I.Iv(np.vstack([Xk.lo, bos_x.lo[None]]), np.vstack([Xk.hi, bos_x.hi[None]]))   # last row: BOS
+        v = floats.widen(I.affine(keys, WV), floats.value_error(floats.magnitudes(st), bos_x, WV, st.unit))
+        O = I.matmul(v, WO[:, part_dims])
+        dev[cols] = np.maximum(I.up(O.hi - targets), I.up(targets - O.lo)).max(0)
+        scale[cols] = np.abs(targets).max(0)
+        spans[cols] = I.up(targets.max(0) - targets.min(0))
+        if st.unit:
+            V = np.maximum(V, np.asarray(v.mag()).max(0))
+    return dev, scale, spans, V
+
+
+def _targets(st: State, nodes: list, reduce: str, K: list[dict], cols: list[int]) -> np.ndarray:
+    """``[len(K) + 1, len(cols)]``: what the head must write on the residual dimensions ``cols``
+    for each key state, the last row for BOS (the default; a selector width's scratch: 1)."""
+    targets = np.zeros((len(K) + 1, len(cols)))
+    if reduce == "width":
+        targets[-1, :] = 1.0
+        return targets
+    for node in nodes:
+        own = [i for i, c in enumerate(cols) if c in set(st.layout.dims[id(node)])]
+        if not own:
+            continue
+        agg, dims = node.sop, [cols[i] for i in own]
+        if node.numerical and agg.reduce == "mean":
+            _check_mean_values(st, node)
+        for i, asg in enumerate(K):
+            targets[i, own] = st.target(node, st.value(agg.sop, asg), dims)
+        targets[-1, own] = st.target(node, agg.default, dims)
+    return targets
 
 
 def _check_mean_values(st: State, node) -> None:

@@ -73,12 +73,12 @@ def leaves(sel) -> list:
     return []
 
 
-def _sources(st: State, sop) -> set:
+def source_set(st: State, sop) -> set:
     toks, pos, nodes = st.base(sop)
     return ({"tok"} if toks else set()) | ({"pos"} if pos else set()) | {id(n) for n in nodes}
 
 
-def _union_find():
+def union_find():
     parent: dict = {}
 
     def find(x):
@@ -95,9 +95,9 @@ def _union_find():
 
 def groups(st: State, parts: list, k_sops: list) -> list[tuple[list, list]]:
     """``[(conjuncts, key s-ops)]`` per group of key sources (union-find)."""
-    find, join = _union_find()
-    cons = [(c, set().union(*[_sources(st, leaf.keys) for leaf in leaves(c)])) for c in parts]
-    ops = [(s, _sources(st, s)) for s in k_sops]
+    find, join = union_find()
+    cons = [(c, set().union(*[source_set(st, leaf.keys) for leaf in leaves(c)])) for c in parts]
+    ops = [(s, source_set(st, s)) for s in k_sops]
     for _, src in cons + ops:
         if src:
             join(*src)
@@ -134,20 +134,21 @@ def _uses(W: np.ndarray, dims: list[int]) -> np.ndarray:
 
 def margins(st: State, sel, reduce: str, value_sop, selection, q_dims: np.ndarray,
             WQ: np.ndarray, bQ: np.ndarray, WK: np.ndarray, bK: np.ndarray, k_dims: np.ndarray,
-            bos_x: I.Iv, budget: int, name: str):
+            bos_x: I.Iv, budgets: tuple[int, int], name: str):
     """``(margin, spread, pairs)`` of a head (module docstring), ``selection(sel, Q, K)`` being
-    the RASP selection. Components: a key group, the query sources its conjuncts compare and the
+    the RASP selection, ``budgets`` the most pairs scored and the most states of one enumeration
+    held at once (a component's query states, a key group's states). Components: a key group, the query sources its conjuncts compare and the
     query s-ops whose ``W_Q`` rows share a head dimension with its ``W_K`` rows are one component;
     the score is a sum over components, so every bound is a sum of per-component extremes."""
     one = st.layout.one
     rank_sops = [value_sop] if reduce in ("max", "min") else []
     parts = conjuncts(st, sel)
     grouped = groups(st, parts, [o.sop for o in st.owners(k_dims)] + rank_sops)
-    find, join = _union_find()
+    find, join = union_find()
     q_nodes = [o for o in st.owners(q_dims)]
     q_all = [leaf.queries for c in parts for leaf in leaves(c)] + [o.sop for o in q_nodes]
     for sop in q_all:
-        join(*[("q", x) for x in _sources(st, sop)] or [("none",)])
+        join(*[("q", x) for x in source_set(st, sop)] or [("none",)])
     key_tabs = []
     for i, (cons, sops) in enumerate(grouped):
         join(("g", i))
@@ -157,26 +158,29 @@ def margins(st: State, sel, reduce: str, value_sop, selection, q_dims: np.ndarra
         reach = _uses(WK, dims)
         for o in q_nodes:
             if np.any(reach & _uses(WQ, st.layout.dims[id(o)])):
-                join(("g", i), *[("q", x) for x in _sources(st, o.sop)])
+                join(("g", i), *[("q", x) for x in source_set(st, o.sop)])
         for leaf in (leaf for c in cons for leaf in leaves(c)):
-            join(("g", i), *[("q", x) for x in _sources(st, leaf.queries)])
-        if "pos" in names and any("pos" in _sources(st, q) for q in q_all):
+            join(("g", i), *[("q", x) for x in source_set(st, leaf.queries)])
+        if "pos" in names and any("pos" in source_set(st, q) for q in q_all):
             join(("g", i), ("q", "pos"))
         key_tabs.append((cons, sops, names, ranges, dims))
     comps: dict = {}
     for sop in q_all:
-        src = _sources(st, sop)
+        src = source_set(st, sop)
         comps.setdefault(find(("q", next(iter(src))) if src else ("none",)), ([], []))[0].append(sop)
     for i in range(len(grouped)):
         comps.setdefault(find(("g", i)), ([], []))[1].append(i)
+    pair_budget, state_budget = budgets
     built, pairs = [], 0
     for qs, gs in comps.values():
         qn, qr = st.sources(qs)
-        size = st.count(qr) * max(1, sum(st.count(key_tabs[i][3]) for i in gs))
-        pairs += size
+        held = max([st.count(qr)] + [st.count(key_tabs[i][3]) for i in gs])
+        if held > state_budget:
+            raise Fail("budget", f"{name}: {held} query or key-group states, over STATE_BUDGET = {state_budget}")
+        pairs += st.count(qr) * max(1, sum(st.count(key_tabs[i][3]) for i in gs))
         built.append((qs, gs, qn, qr))
-    if pairs > budget:
-        raise Fail("budget", f"{name}: {pairs} (query state, key group state) pairs, over PAIR_BUDGET = {budget}")
+    if pairs > pair_budget:
+        raise Fail("budget", f"{name}: {pairs} (query state, key group state) pairs, over PAIR_BUDGET = {pair_budget}")
     kc = I.Iv.exact(WK[one]) + bK                          # the key's constant part
     qc = I.Iv.exact(WQ[one]) + bQ                          # the query's constant part
     kb = I.affine(I.Iv(bos_x.lo[None], bos_x.hi[None]), WK, bK)[0]

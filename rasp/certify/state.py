@@ -29,7 +29,8 @@ from lengthgen.proof import interval as I
 from rasp.core import Map, SequenceMap, SOp
 from rasp.weights.assemble import CompiledTransformer
 
-PAIR_BUDGET = 5_000_000    # (query state, key state) pairs of one head
+PAIR_BUDGET = 200_000_000  # (query state, key-group state) pairs one head scores (in chunks)
+STATE_BUDGET = 5_000_000   # states held at once: one head's value, query or key-group states
 COMBO_BUDGET = 1_000_000   # input states of one MLP table or of the readout
 
 
