@@ -181,9 +181,10 @@ def check_head(st: State, layer: int, h: int, bos_x: I.Iv) -> tuple[HeadRow, lis
         out_dims = [x for n in nodes for x in st.layout.dims[id(n)]]
     if not set(w_dims.tolist()) <= set(out_dims):
         raise Fail("structure", f"{name} writes a dimension outside the s-ops it computes")
-    parts = value_parts(st, nodes, v_dims, WV[:, used_e], WO[used_e], out_dims)
-    for sops, _, _ in parts:
-        count = st.count(st.sources(sops)[1])
+    parts = [(st.sources(sops), cols, dims)
+             for sops, cols, dims in value_parts(st, nodes, v_dims, WV[:, used_e], WO[used_e], out_dims)]
+    for (_, ranges), _, _ in parts:
+        count = st.count(ranges)
         if count > STATE_BUDGET:
             raise Fail("budget", f"{name}: {count} value states, over STATE_BUDGET = {STATE_BUDGET}")
     margin, spread, pairs = margins(
@@ -258,18 +259,20 @@ def _value_errors(st: State, nodes: list, reduce: str, parts: list, out_dims: li
                   WV: np.ndarray, WO: np.ndarray, bos_x: I.Iv):
     """Per column of ``out_dims``: the value map's largest miss of its target over the key states
     and BOS, the largest target magnitude and the targets' range; and (float32) the largest
-    magnitude of each head dimension of ``v``. Each part of :func:`value_parts` is enumerated on
+    magnitude of each head dimension of ``v``. ``parts``: each part's ``(sources, columns, dims)``
+    (:func:`value_parts`, its s-ops' sources from ``State.sources``), enumerated on
     its own; a head dimension of another part holds only its constant terms there, so the maximum
     over the parts of ``|v|`` bounds it."""
     dev, scale, spans = (np.zeros(len(out_dims)) for _ in range(3))
     V = np.zeros(WV.shape[1])
-    for sops, cols, dims in parts:
-        K = st.combos(*st.sources(sops))
+    value_error = floats.value_error(floats.magnitudes(st), bos_x, WV, st.unit)
+    for (names, ranges), cols, dims in parts:
+        K = st.combos(names, ranges)
         part_dims = [out_dims[c] for c in cols]
         targets = _targets(st, nodes, reduce, K, part_dims)
         Xk = st.box(K, dims)
         keys = I.Iv(np.vstack([Xk.lo, bos_x.lo[None]]), np.vstack([Xk.hi, bos_x.hi[None]]))   # last row: BOS
-        v = floats.widen(I.affine(keys, WV), floats.value_error(floats.magnitudes(st), bos_x, WV, st.unit))
+        v = floats.widen(I.affine(keys, WV), value_error)
         O = I.matmul(v, WO[:, part_dims])
         dev[cols] = np.maximum(I.up(O.hi - targets), I.up(targets - O.lo)).max(0)
         scale[cols] = np.abs(targets).max(0)
@@ -287,7 +290,8 @@ def _targets(st: State, nodes: list, reduce: str, K: list[dict], cols: list[int]
         targets[-1, :] = 1.0
         return targets
     for node in nodes:
-        own = [i for i, c in enumerate(cols) if c in set(st.layout.dims[id(node)])]
+        node_dims = set(st.layout.dims[id(node)])
+        own = [i for i, c in enumerate(cols) if c in node_dims]
         if not own:
             continue
         agg, dims = node.sop, [cols[i] for i in own]
