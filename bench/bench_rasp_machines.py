@@ -6,7 +6,9 @@ tape, run until it halts; program P is compiled at the n-gram order its trace's 
 (no n-gram repeats: ``min_ngram``), or at a larger order given with ``--ngrams``. Each row is one
 fresh process, so that its peak memory is its own, and prints: trace tokens, n-gram, compile
 seconds, peak resident memory, parameters, and greedy decoding's tokens per second on one thread
-over the first ``--tokens`` tokens, checked token for token against the machine simulator.
+over the first ``--tokens`` tokens, checked token for token against the machine simulator: with
+the sparse kernels that ``greedy`` uses on the CPU (``tokens_per_s``) and, in the same process
+right after, with dense products (``tokens_per_s_dense``).
 
     python bench/bench_rasp_machines.py [--states 2 4 8] [--symbols 2 4 8] [--ngrams 8 16]
         [--tokens 1000] [--onehot-max 32 0] [--json PATH]
@@ -53,16 +55,20 @@ def one(states: int, symbols: int, ngram: int | None, tokens: int, seed: int, mi
     compile_s = time.perf_counter() - start
     L = len(sample.tape)
     budget = min(len(ref), L + 2 + tokens)
-    start = time.perf_counter()
-    got = compiled.greedy(ref[:L + 2], budget, monitor=False)
-    seconds = time.perf_counter() - start
-    generated = len(got) - L - 2
+    speed, exact = {}, True
+    for sparse in (True, False):        # side by side in one process: CSR kernels, then dense ones
+        start = time.perf_counter()
+        got = compiled.greedy(ref[:L + 2], budget, monitor=False, sparse=sparse)
+        seconds = time.perf_counter() - start
+        generated = len(got) - L - 2
+        speed[sparse] = round(generated / seconds, 1)
+        exact = exact and got == ref[:len(got)]
     return {"states": states, "symbols": symbols, "machine_seed": sample.seed, "trace_tokens": len(ref),
             "premise_ngram": premise, "ngram": n, "onehot_max": onehot_max, "compile_s": round(compile_s, 2),
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
             "params": compiled.compiled.stats["params"], "d_model": compiled.compiled.stats["d_model"],
-            "greedy_tokens": generated, "tokens_per_s": round(generated / seconds, 1),
-            "exact": got == ref[:len(got)]}
+            "greedy_tokens": generated, "tokens_per_s": speed[True], "tokens_per_s_dense": speed[False],
+            "exact": exact}
 
 
 def main() -> int:
@@ -90,7 +96,7 @@ def main() -> int:
                              args.onehot_max[0])))
         return 0
     keys = ["states", "symbols", "trace_tokens", "premise_ngram", "ngram", "onehot_max", "compile_s", "peak_rss_mb",
-            "params", "d_model", "greedy_tokens", "tokens_per_s", "exact"]
+            "params", "d_model", "greedy_tokens", "tokens_per_s", "tokens_per_s_dense", "exact"]
     print("| " + " | ".join(keys) + " |\n|" + "---|" * len(keys))
     rows = []
     for states in args.states:

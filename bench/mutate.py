@@ -384,6 +384,9 @@ PARTS = {
         ("tests/test_rasp_certify_floats.py", "tests/test_rasp_certify_floats_contract.py",
          "tests/test_rasp_certify_float32.py"),
         isolation="fork"),
+    # the CSR kernels for mostly-zero weights (lengthgen.sparse): equal to the dense products, never
+    # under autograd, stale copies refused, every matrix multiplied sparse (about 5 s)
+    "sparse": Part(("src/lengthgen/sparse.py",), ("tests/test_sparse_kernels.py",)),
     "rasp-precision": Part(
         ("rasp/weights/precision.py",),
         ("tests/test_rasp_weights_precision_bounds.py", "tests/test_rasp_weights_precision.py",

@@ -26,12 +26,14 @@ that lands off the aligned key, exactly as the interpreter's monitor does.
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import torch
 
 from lengthgen.decode import decided_argmax, greedy_generate
+from lengthgen.sparse import sparse_kernels
 from rasp import lib
 from rasp.turing.rules import EDGE, NULL, check_lookup, head_moves, local_rule, lookup_guard, tape_length
 from rasp.core import Aggregate, Comparison, Full, Map, Select, SequenceMap, SOp, indices, numerical, tokens
@@ -151,15 +153,22 @@ class CompiledTuringProgram:
     def model(self):
         return self.compiled.model
 
-    def greedy(self, prompt: Sequence[int], max_tokens: int, *, monitor: bool = True) -> list[int]:
+    def greedy(self, prompt: Sequence[int], max_tokens: int, *, monitor: bool = True,
+               sparse: bool | None = None) -> list[int]:
         """Greedy decoding with a KV cache from ``BOS c_0 SEP`` until EOS or ``max_tokens`` tokens
-        in all; the whole trace. ``monitor``: then check every lookup (see :meth:`check_lookups`)."""
+        in all; the whole trace. ``monitor``: then check every lookup (see :meth:`check_lookups`).
+        ``sparse`` (default: on the CPU) runs the products on CSR copies of the mostly-zero weights
+        (:func:`lengthgen.sparse.sparse_kernels`: the same sums in another order; 2-3 times faster
+        at n-gram 16); ``False``: the dense products."""
         if max_tokens > self.compiled.program.n:
             raise ValueError(f"max_tokens={max_tokens} exceeds the compiled max_seq_len={self.compiled.program.n}")
         start = time.perf_counter()
         ids = self.compiled.encode(prompt)
-        new = greedy_generate(self.model, ids, max_new_tokens=max_tokens - len(prompt),
-                              stop_token=self.program.vocab.EOS)
+        if sparse is None:
+            sparse = self.model.device.type == "cpu"
+        with sparse_kernels(self.model) if sparse else nullcontext():
+            new = greedy_generate(self.model, ids, max_new_tokens=max_tokens - len(prompt),
+                                  stop_token=self.program.vocab.EOS)
         self.timings["greedy_seconds"] = time.perf_counter() - start
         trace = list(prompt) + new
         if monitor:

@@ -47,6 +47,7 @@ from .hooks import HookedModule, HookPoint
 from .kv_cache import KVCache, StaticKVCache
 from .lens import LensMixin
 from .resources import require_memory
+from .sparse import sparse_matmul, sparse_matrix
 
 #: above this many query×key entries per head the model leaves the dense path
 DENSE_ENTRIES_LIMIT = 1 << 22
@@ -198,16 +199,26 @@ class Attention(nn.Module):
         for name in ("hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern", "hook_z", "hook_result"):
             setattr(self, name, HookPoint())
 
-    def _project(self, x: torch.Tensor, W: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        return torch.einsum("bpd,hde->bhpe", x, W) + b[None, :, None, :]
+    def matrices_2d(self) -> dict[str, torch.Tensor]:
+        """Each weight as the ``[in, out]`` matrix of its product (for :mod:`lengthgen.sparse`)."""
+        h, d, e = self.W_Q.shape
+        out = {name: getattr(self, name).permute(1, 0, 2).reshape(d, h * e) for name in ("W_Q", "W_K", "W_V")}
+        return {**out, "W_O": self.W_O.reshape(h * e, d)}
+
+    def _project(self, x: torch.Tensor, name: str) -> torch.Tensor:
+        W, b = getattr(self, name), getattr(self, "b" + name[1:])
+        csr = sparse_matrix(self, name)
+        if csr is None:
+            return torch.einsum("bpd,hde->bhpe", x, W) + b[None, :, None, :]
+        return sparse_matmul(x, csr).unflatten(-1, W.shape[::2]).transpose(1, 2) + b[None, :, None, :]
 
     def forward(self, x_q: torch.Tensor, x_kv: torch.Tensor, cache: KVCache | StaticKVCache | None,
                 layer: int) -> torch.Tensor:
         """``x_q`` holds the residual at the query positions (the last ones of ``x_kv``); with a
         ``cache``, the keys/values of earlier positions are read from it and the new ones added."""
-        q = _head_hook(self.hook_q, self._project(x_q, self.W_Q, self.b_Q))
-        k = _head_hook(self.hook_k, self._project(x_kv, self.W_K, self.b_K))
-        v = _head_hook(self.hook_v, self._project(x_kv, self.W_V, self.b_V))
+        q = _head_hook(self.hook_q, self._project(x_q, "W_Q"))
+        k = _head_hook(self.hook_k, self._project(x_kv, "W_K"))
+        v = _head_hook(self.hook_v, self._project(x_kv, "W_V"))
         if cache is not None:
             k, v = cache.append(layer, k, v)
         groups = _window_groups(self.cfg.attn_windows or [None] * self.cfg.n_heads)
@@ -238,6 +249,9 @@ class Attention(nn.Module):
         z = _head_hook(self.hook_z, z)
         if self.hook_result.active:  # per-head outputs only when asked for: [B, P, H, d_model]
             return self.hook_result(torch.einsum("bhpe,hed->bphd", z, self.W_O)).sum(2) + self.b_O
+        csr = sparse_matrix(self, "W_O")
+        if csr is not None:
+            return sparse_matmul(z.transpose(1, 2).flatten(-2), csr) + self.b_O
         return torch.einsum("bhpe,hed->bpd", z, self.W_O) + self.b_O
 
     def _scores(self, q: torch.Tensor, k: torch.Tensor, groups: list[tuple[list[int], int | None]],
@@ -276,9 +290,17 @@ class MLP(nn.Module):
         self.act = ACTIVATIONS[cfg.act_fn]
         self.hook_pre, self.hook_post = HookPoint(), HookPoint()  # [batch, pos, d_mlp]
 
+    def matrices_2d(self) -> dict[str, torch.Tensor]:
+        """Each weight as the ``[in, out]`` matrix of its product (for :mod:`lengthgen.sparse`)."""
+        return {"W_in": self.W_in, "W_out": self.W_out}
+
+    def _product(self, x: torch.Tensor, name: str) -> torch.Tensor:
+        csr = sparse_matrix(self, name)
+        return x @ getattr(self, name) if csr is None else sparse_matmul(x, csr)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        post = self.hook_post(self.act(self.hook_pre(x @ self.W_in + self.b_in)))
-        return post @ self.W_out + self.b_out
+        post = self.hook_post(self.act(self.hook_pre(self._product(x, "W_in") + self.b_in)))
+        return self._product(post, "W_out") + self.b_out
 
 
 class Block(nn.Module):
