@@ -15,7 +15,9 @@ rounding. Zero terms are skipped, so an infinite or NaN activation times a zero 
 dense product turns into NaN, contributes nothing here.
 
 The copies are taken on entry and stand for the weights as they were then: a weight changed in
-place inside the context raises :class:`StaleSparseWeightsError` at the next product. Where
+place inside the context raises :class:`StaleSparseWeightsError` at the next product (PyTorch's
+version counter sees every in-place edit except one made through ``.data``, which it does not
+count: edit weights outside the context). Where
 gradients are enabled (training) the dense products are used, so autograd sees the parameters.
 """
 from __future__ import annotations
