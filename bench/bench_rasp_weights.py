@@ -100,9 +100,9 @@ def run_machine(tm, tape, ref: list[int], n: int, interpreter: bool = True) -> d
     got = compiled.greedy(ref[:L + 2], len(ref), monitor=False)
     t2, c2 = time.perf_counter(), time.process_time()
     generated = len(ref) - L - 2
-    t3 = time.perf_counter()        # the same decoding with dense products, for the ratio
+    t_dense = time.perf_counter()   # the same decoding with dense products, for the ratio
     dense_exact = compiled.greedy(ref[:L + 2], len(ref), monitor=False, sparse=False) == ref
-    dense_tok_per_s = round(generated / (time.perf_counter() - t3), 1)
+    dense_tok_per_s = round(generated / (time.perf_counter() - t_dense), 1)
     row = {"ngram": n, "trace_tokens": len(ref), "exact": got == ref and dense_exact,
            "teacher_forced_exact": teacher == ref[L + 2:], "teacher_forced_s": round(t_teacher, 2),
            "compile_s": round(compiled.compiled.seconds, 2), "greedy_s": round(t2 - t1, 2),

@@ -210,7 +210,7 @@ class Attention(nn.Module):
         csr = sparse_matrix(self, name)
         if csr is None:
             return torch.einsum("bpd,hde->bhpe", x, W) + b[None, :, None, :]
-        return sparse_matmul(x, csr).unflatten(-1, W.shape[::2]).transpose(1, 2) + b[None, :, None, :]
+        return sparse_matmul(x, csr).unflatten(-1, (W.shape[0], W.shape[2])).transpose(1, 2) + b[None, :, None, :]
 
     def forward(self, x_q: torch.Tensor, x_kv: torch.Tensor, cache: KVCache | StaticKVCache | None,
                 layer: int) -> torch.Tensor:
