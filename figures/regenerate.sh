@@ -43,3 +43,7 @@ fi
 #     for proofs") beside the construction on 40-digit additions.
 "$PY" -m lengthgen.plot attention --checkpoint checkpoints/addition_coupled_1l2h_packed_entropy_001_late_seed2 \
     --digits 40 --samples 100 --out figures/attention_addition_entropy_seed2.png --force --no-progress --threads 1
+# 10. the model trained on 1-10 digits with up to six problems per packed row, at least 99% exact at every length up
+#     to 100 (docs/training.md, "Six problems per packed row"), beside the construction on 40-digit additions.
+"$PY" -m lengthgen.plot attention --checkpoint checkpoints/addition_coupled_1l2h_pack6_100 \
+    --digits 40 --samples 100 --out figures/attention_addition_pack6.png --force --no-progress --threads 1

@@ -49,6 +49,12 @@ def greedy_exact_match(name: str, n: int, samples: int = SAMPLES, seed: int = 12
 
 def greedy_addition_match(model: torch.nn.Module, n: int, samples: int = SAMPLES, seed: int = 1234) -> float:
     """:func:`greedy_exact_match` of a model in memory."""
+    return float(np.mean([got == want for got, want in greedy_addition_answers(model, n, samples, seed)]))
+
+
+def greedy_addition_answers(model: torch.nn.Module, n: int, samples: int, seed: int) -> list[tuple[str, str]]:
+    """(greedily decoded answer, Python's answer) for random n-digit additions, both as the paper's
+    reversed, zero-padded digits followed by ``$``."""
     rng = random.Random(seed)
     pairs = [(rng.randrange(10 ** (n - 1), 10**n), rng.randrange(10 ** (n - 1), 10**n)) for _ in range(samples)]
     prompts = torch.as_tensor(np.stack([ADDITION.encode(f"${a}+{b}=") for a, b in pairs]))
@@ -59,7 +65,7 @@ def greedy_addition_match(model: torch.nn.Module, n: int, samples: int = SAMPLES
                                  ids[prompt_len:-1].expand(samples, -1), max_new_tokens=n + 2,
                                  stop_token=ADDITION.EOS)
     expected = [str(a + b).zfill(n + 1)[::-1] + "$" for a, b in pairs]
-    return float(np.mean([ADDITION.decode(row) == want for row, want in zip(rows, expected)]))
+    return [(ADDITION.decode(row), want) for row, want in zip(rows, expected)]
 
 
 @pytest.fixture(autouse=True)
@@ -304,20 +310,37 @@ PACKED_SIX = {seed: "addition_coupled_1l2h_pack6_100" + (f"_seed{seed}" if seed 
 PACKED_TWO_100 = "addition_coupled_1l2h_packed_entropy_001_late"
 
 
-@pytest.mark.parametrize("seed", sorted(PACKED_SIX))
-def test_addition_trained_on_10_digits_with_six_problems_per_row_is_right_at_100_digits(seed):
-    """lengthgen.evaluate measured at least 99% at every length from 1 to 100 for each seed
-    (bench/results/addition_pack6_seeds.json); here greedy decoding of 1000 other 100-digit additions
-    against Python's a + b, and the same configuration at its initialisation, which gets none right."""
-    from lengthgen.model import Transformer
-
+def load_packed_six(seed: int) -> torch.nn.Module:
     model, notes, _ = load_trained(CHECKPOINTS / PACKED_SIX[seed])
     assert (notes["task"], notes["positions"], notes["train_digits"]) == ("addition", "coupled", "1-10")
     config = json.loads((CHECKPOINTS / PACKED_SIX[seed] / "run.json").read_text())["config"]
     assert (config["seed"], config["data_seed"], config["pack_problems"], config["max_digits"]) == (seed, seed, 6, 100)
+    return model
+
+
+def test_addition_trained_on_10_digits_with_six_problems_per_row_is_right_at_100_digits():
+    """Seed 0: lengthgen.evaluate measured at least 99% at every length from 1 to 100
+    (bench/results/addition_pack6_seeds.json); here greedy decoding of 1000 other 100-digit additions
+    against Python's a + b (measured 100%), and the same configuration at its initialisation, which
+    gets none right."""
+    from lengthgen.model import Transformer
+
+    model = load_packed_six(0)
     assert greedy_addition_match(model, 100) >= 0.99
     torch.manual_seed(0)
     assert greedy_addition_match(Transformer(model.cfg), 100, samples=20) == 0.0
+
+
+@pytest.mark.parametrize("seed, least, most", [(1, 0.95, 1.0), (2, 0.0, 0.10)])
+def test_the_other_two_seeds_err_only_at_the_top_carry_and_the_end(seed, least, most):
+    """Seeds 1 and 2 of the same recipe miss 99% at 100 digits (lengthgen.evaluate: 96.6% and 4.9%;
+    docs/training.md); on 1000 other 100-digit additions decoded greedily (measured 97.6% and 4.2%)
+    their answers still have the 100 lower digits right at least 99% of the time (measured 100% and
+    99.5%): what they get wrong is the top carry c_100 or the `$` after it."""
+    answers = greedy_addition_answers(load_packed_six(seed), 100, SAMPLES, seed=1234)
+    exact = np.mean([got == want for got, want in answers])
+    assert least <= exact <= most
+    assert np.mean([got[:100] == want[:100] for got, want in answers]) >= 0.99
 
 
 def test_the_same_data_with_two_problems_per_row_is_not_99_percent_right_at_100_digits():

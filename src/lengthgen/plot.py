@@ -48,6 +48,8 @@ DEFAULT_CHECKPOINTS = {  # label -> committed checkpoint (all 1 layer, 2 heads, 
 LONG_CHECKPOINTS = [
     *[("coupling, packed rows, late entropy penalty", f"checkpoints/addition_coupled_1l2h_packed_entropy_001_late{s}")
       for s in ("", "_seed1", "_seed2")],
+    *[("coupling, up to six problems per packed row", f"checkpoints/addition_coupled_1l2h_pack6_100{s}")
+      for s in ("", "_seed1", "_seed2")],
     ("plain APE", "checkpoints/addition_ape_1l2h_100"),
     ("NoPE", "checkpoints/addition_nope_1l2h_100"),
 ]
