@@ -24,6 +24,7 @@ from lengthgen.decode import decided_argmax
 from lengthgen.model import Transformer, TransformerConfig
 from lengthgen.proof.trained import Layout, PositionCertifier
 from lengthgen.proof.trained_tables import OneLayer, Tables
+from lengthgen.positions import addition_ids
 from lengthgen.runs import checkpoint_notes, load_checkpoint, with_notes, write_checkpoint
 from lengthgen.tasks import ADDITION
 from tests.cli_checks import assert_one_line_error
@@ -39,17 +40,18 @@ def all_pairs(n: int) -> list[tuple[int, int]]:
 
 
 @torch.inference_mode()
-def forward(model: Transformer, pairs: list[tuple[int, int]], n: int, dtype: torch.dtype = torch.float64
-            ) -> tuple[np.ndarray, np.ndarray]:
+def forward(model: Transformer, pairs: list[tuple[int, int]], n: int, dtype: torch.dtype = torch.float64,
+            scheme: str = "coupled") -> tuple[np.ndarray, np.ndarray]:
     """The model in ``dtype`` (float64: its real function to 10^-15 or so) teacher-forced on every
-    pair: [pairs, N + 2] True where it misses the true next token (decision margin), and
-    [pairs, N + 2, V] logit[true token] − logit[each token] (computed in float64 from its logits)."""
+    pair with the IDs of ``scheme``: [pairs, N + 2] True where it misses the true next token
+    (decision margin), and [pairs, N + 2, V] logit[true token] − logit[each token] (computed in
+    float64 from its logits)."""
     m64 = copy.deepcopy(model).to(dtype)
     rows, diffs = [], []
     for i in range(0, len(pairs), 2048):
         insts = [ADDITION.instance(str(a).zfill(n), str(b).zfill(n), start=START) for a, b in pairs[i:i + 2048]]
         tokens = torch.as_tensor(np.stack([x.tokens for x in insts]))
-        pos = torch.as_tensor(np.stack([x.pos_ids for x in insts]))
+        pos = torch.as_tensor(np.stack([addition_ids(scheme, n, START) for _ in insts]))
         first = insts[0].prompt_len - 1
         for (a, b), inst in zip(pairs[i:i + 2048], insts):  # the layout's answer is the integer sum
             assert ADDITION.decode(inst.answer_tokens[:-1])[::-1] == str(a + b).zfill(n + 1)
@@ -74,13 +76,13 @@ def config_of(a: int, b: int, n: int, window: tuple[int, int]) -> tuple:
 
 
 def assert_sound(model: Transformer, n: int, pairs: list[tuple[int, int]], exhaustive: bool, dtype: str = "real",
-                 **kw) -> dict:
+                 scheme: str = "coupled", **kw) -> dict:
     """Every (pair, position) the model gets wrong is unproven; every real logit difference (or,
     for a float ``dtype``, every one of the forward pass in that format) lies in its
     configuration's enclosure; with all pairs, the bound is at most the exact match."""
-    results = cli.certify(model, n, START, keep_enclosures=True, dtype=dtype, **kw)
+    results = cli.certify(model, n, START, keep_enclosures=True, dtype=dtype, scheme=scheme, **kw)
     out = cli.summarize(n, results, [])
-    wrong, diffs = forward(model, pairs, n, cli.forward_dtype(dtype))
+    wrong, diffs = forward(model, pairs, n, cli.forward_dtype(dtype), scheme)
     for res in results:
         failed = {(tuple(a), tuple(b), c) for a, b, c in res.failed}
         ca, cb, carry, lo, hi = res.enclosures
@@ -106,6 +108,19 @@ def test_committed_checkpoints_bound_below_exhaustive_accuracy(name, n, tail):
     out = assert_sound(model, n, all_pairs(n), exhaustive=True, tail=tail)
     # at N ≤ 2 the window holds every digit: no key is treated pessimally, so the bound is tight
     assert out["accuracy_lower_bound"] >= out["accuracy"] - 0.01
+
+
+def test_a_coupled_sink_model_is_certified_on_its_own_ids():
+    """Under coupled-sink the opening $ is a key at ID s − 1, where the top carry's query reads:
+    every real logit difference on every pair (IDs of coupled-sink) lies in its enclosure and the bound
+    is at most the exhaustive exact match. The model is one whose $ row differs from ID 0's (a fresh
+    initialisation of the coupled-sink recipe, its position table scaled up so the ID matters)."""
+    from lengthgen.train import TrainConfig, build_model
+
+    model = build_model(TrainConfig(positions="coupled-sink", max_digits=5, seed=3)).double().eval()
+    with torch.no_grad():
+        model.pos_embed.W_pos.mul_(40.0)
+    assert_sound(model, 1, all_pairs(1), exhaustive=True, scheme="coupled-sink")  # with $ at ID 0 instead: fails
 
 
 def extreme_pairs(n: int, rng: np.random.Generator, count: int) -> list[tuple[int, int]]:
@@ -252,6 +267,10 @@ def test_cli_bad_input_is_one_line(argv, message, capsys):
 def test_cli_refuses_two_layers_and_corrupt_files(tmp_path, capsys):
     assert_one_line_error(cli.main, ["--checkpoint", two_layer_checkpoint(tmp_path), "--digits", "2"], cli.PROG,
                           "1-layer", capsys)
+    cfg = TransformerConfig(d_vocab=13, d_model=8, n_layers=1, n_heads=1, d_head=4, d_mlp=8, n_ctx=10)
+    alibi = with_notes(Transformer(cfg), checkpoint_notes(task="addition", positions="hard-alibi"))
+    assert_one_line_error(cli.main, ["--checkpoint", str(write_checkpoint(tmp_path / "al", alibi, {})), "--digits", "2"],
+                          cli.PROG, "not addition with hard-alibi positions", capsys)
     bad = tmp_path / "bad.safetensors"
     bad.write_bytes(b"not a weight file")
     assert_one_line_error(cli.main, ["--checkpoint", str(bad), "--digits", "2"], cli.PROG, "not a readable", capsys)

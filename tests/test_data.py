@@ -10,7 +10,7 @@ from lengthgen.data import (
     DataError, add_digits, check_pack_fits, batch_from_operands, check_digits, eval_batch, layout, packed_training_batch,
     parse_digit_list, parse_digit_range, sample_numbers, table_digits, table_size, training_batch,
 )
-from lengthgen.positions import coupled_addition_ids
+from lengthgen.positions import coupled_addition_ids, coupled_sink_addition_ids
 from lengthgen.tasks import ADDITION
 
 numbers = st.one_of(st.integers(0, 10**6), st.integers(0, 10**12), st.sampled_from([0, 9, 99, 999999, 10**9 - 1]))
@@ -98,10 +98,13 @@ def split_problems(tokens: np.ndarray) -> list[tuple[int, int]]:
     return [(i, j) for i, j in zip(dollars, dollars[1:]) if j > i + 1]
 
 
-def check_packed_rows(b, max_problems: int, max_id: int) -> tuple[list[int], int]:
+def check_packed_rows(b, max_problems: int, max_id: int, scheme: str = "coupled", hi: int = 5) -> tuple[list[int], int]:
     """Every row holds 1..max_problems correct additions, each with its own coupled IDs and the
     loss on its answer and final $, the ID ranges disjoint, at least 2 apart, inside 1..max_id.
+    Each problem's opening $ (the previous one's closing $) and the row's last $ have ID 0, or under
+    coupled-sink their problem's top-carry ID s - 1.
     Returns the number of problems per row and the widest ID distance between two problems."""
+    rule = coupled_sink_addition_ids if scheme == "coupled-sink" else coupled_addition_ids
     counts, max_gap = [], 0
     assert b.pos_ids.min() >= 0 and b.pos_ids.max() <= max_id
     for row in range(len(b.tokens)):
@@ -113,15 +116,17 @@ def check_packed_rows(b, max_problems: int, max_id: int) -> tuple[list[int], int
             x, rest = text[1:].split("+")
             y, ans = rest.split("=")
             n = len(x)
-            assert len(y) == n <= 5 and int(ans[:-1][::-1]) == int(x) + int(y)
+            assert len(y) == n <= hi and int(ans[:-1][::-1]) == int(x) + int(y)
             s = int(b.pos_ids[row, i + 1])
-            ids = coupled_addition_ids(n, s)
-            assert (b.pos_ids[row, i + 1 : j] == ids[1:-1]).all()
+            ids = rule(n, s)
+            assert (b.pos_ids[row, i : j] == ids[:-1]).all()
             assert b.loss_mask[row, j - n - 2 : j].all() and not b.loss_mask[row, i : j - n - 2].any()
             ranges.append((s - 1, s + n))
         assert b.loss_mask[row].sum() == sum(hi - lo + 1 for lo, hi in ranges)  # n + 2 per problem
         assert not b.loss_mask[row, spans[-1][1]:].any()
-        assert (b.tokens[row, spans[-1][1]:] == ADDITION.EOS).all() and (b.pos_ids[row, spans[-1][1]:] == 0).all()
+        end = spans[-1][1]
+        assert (b.tokens[row, end:] == ADDITION.EOS).all() and (b.pos_ids[row, end + 1:] == 0).all()
+        assert b.pos_ids[row, end] == (0 if scheme == "coupled" else int(b.pos_ids[row, end - 1]))  # c_n's ID
         ranges.sort()
         assert ranges[0][0] >= 1 and ranges[-1][1] <= max_id
         assert all(lo2 - hi1 >= 2 for (_, hi1), (lo2, _) in zip(ranges, ranges[1:]))  # disjoint, 2 apart
@@ -223,3 +228,37 @@ def test_digit_ranges_and_tables():
         layout(np.zeros((1, 2), np.int64), np.zeros((1, 2), np.int64), np.array([2]), "rope")
     with pytest.raises(DataError):
         training_batch(np.random.default_rng(0), 4, 1, 16, "coupled", n_ctx=18)
+
+
+@pytest.mark.parametrize("problems", [2, 6])
+def test_coupled_sink_rows_differ_from_coupled_ones_only_in_the_ids_of_dollar(problems):
+    """The same random draws laid out under both rules: the tokens, the loss and every ID but the
+    $ tokens' are equal, and each $ sits at its problem's top-carry ID s - 1 (a shared $ at the
+    next problem's, whose opening $ it is), packed or not."""
+    def batch(scheme):
+        rng = np.random.default_rng([5, problems])
+        if problems == 2:
+            return packed_training_batch(rng, 96, 1, 10, n_ctx=103, pack=0.5, scheme=scheme)
+        return packed_rows(rng, 96, 1, 10, n_ctx=103, pack=0.5, problems=problems, scheme=scheme)
+
+    paper, sink = batch("coupled"), batch("coupled-sink")
+    counts, _ = check_packed_rows(sink, problems, 102, scheme="coupled-sink", hi=10)
+    check_packed_rows(paper, problems, 102, hi=10)
+    assert min(counts) == 1 and max(counts) == problems
+    dollar = paper.tokens == ADDITION.EOS
+    assert (paper.tokens == sink.tokens).all() and (paper.loss_mask == sink.loss_mask).all()
+    assert (paper.pos_ids[~dollar] == sink.pos_ids[~dollar]).all() and (paper.pos_ids[dollar] == 0).all()
+    assert (sink.pos_ids[dollar] > 0).sum() == sum(counts) + len(counts)  # every problem's $ and each row's last
+
+
+def test_coupled_sink_single_rows_and_evaluation():
+    rng = np.random.default_rng(6)
+    b = training_batch(rng, 64, 1, 7, "coupled-sink", n_ctx=table_size("coupled-sink", 20))
+    for row in range(64):
+        n = int(b.n[row])
+        s = int(b.pos_ids[row, 1])  # token 1 is a_{n-1}, whose ID is the start s
+        assert (b.pos_ids[row, : 3 * n + 5] == coupled_sink_addition_ids(n, s)).all()
+    e = eval_batch(rng, 4, 9, "coupled-sink")
+    assert (e.pos_ids == coupled_sink_addition_ids(9, 2)[None]).all()
+    assert table_size("coupled-sink", 50) == table_size("coupled", 50) == 53
+    assert table_digits("coupled-sink", 53) == 50

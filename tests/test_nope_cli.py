@@ -192,6 +192,19 @@ def test_the_scheme_is_read_from_run_json_when_the_weights_lack_it(capsys, tmp_p
     assert code == 3 and "coupled position IDs" in json.loads(out)["model"]
 
 
+def test_a_coupled_sink_checkpoint_is_not_fed_ids_it_was_not_trained_on(capsys, tmp_path):
+    """Its $ sits at the top carry's ID, a layout this search does not build: refused unless --positions says which."""
+    from lengthgen.weights import load_model
+
+    model = load_model(CHECKPOINTS / "addition_coupled_1l2h" / "model.safetensors")
+    model.annotations.notes = {**model.annotations.notes, "lengthgen.positions": "coupled-sink"}
+    save_model(model, tmp_path / "model.safetensors")
+    code, out, err = run(capsys, "--digits", "3", "--model", str(tmp_path), "--budget", "50")
+    assert code == 2 and out == "" and err.count("\n") == 1 and "trained with coupled-sink positions" in err
+    code, out, _ = run(capsys, "--digits", "3", "--model", str(tmp_path), "--budget", "50", "--positions", "coupled")
+    assert code in (0, 3)
+
+
 @pytest.mark.parametrize("argv,message", [
     (["--model", str(CHECKPOINTS / "addition_coupled_1l2h"), "--digits", "30"],
      "30-digit operands do not fit the position table"),

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from lengthgen.positions import coupled_addition_ids, random_start
+from lengthgen.positions import coupled_addition_ids, coupled_sink_addition_ids, random_start
 from lengthgen.tasks import ADDITION, get_task
 
 
@@ -47,3 +47,9 @@ def test_addition_task_oracle() -> None:
         get_task("division")
     with pytest.raises(ValueError, match="non-digit"):
         ADDITION.instance("12a", "3")
+
+
+def test_coupled_sink_rule_moves_only_the_dollars_onto_the_top_carry_id() -> None:
+    """The paper's worked example under coupled-sink: both $ take c_n's ID s - 1 (here 1)."""
+    assert coupled_sink_addition_ids(3, 2).tolist() == [1, 2, 3, 4, 5, 2, 3, 4, 5, 4, 3, 2, 1, 1]
+    assert coupled_sink_addition_ids(1, 7).tolist() == [6, 7, 8, 7, 8, 7, 6, 6]

@@ -210,6 +210,8 @@ def test_packed_training_runs_and_bad_pack_is_refused(tmp_path, capsys):
     torch.set_num_threads(1)
     cfg = tiny_cfg(steps=60, lr=3e-3, train_digits="1-2", max_digits=8, pack=0.5)
     assert train(cfg, tmp_path / "packed", progress=False) == 0
+    sink = tiny_cfg(steps=4, train_digits="1-2", max_digits=14, pack=0.5, pack_problems=3, positions="coupled-sink")
+    assert train(sink, tmp_path / "sink", progress=False) == 0  # packed rows under the coupled-sink rule train too
     log = json.loads((latest_checkpoint(tmp_path / "packed") / "state.json").read_text())["log"]
     assert np.mean([e["loss"] for e in log[-3:]]) < 0.8 * np.mean([e["loss"] for e in log[:3]])
     capsys.readouterr()
@@ -218,6 +220,8 @@ def test_packed_training_runs_and_bad_pack_is_refused(tmp_path, capsys):
     assert "0 <= pack <= 1" in one_error_line(capsys)
     assert main([*TINY, "--positions", "ape", "--pack", "0.5", "--out", out]) == 2
     assert "needs --positions coupled" in one_error_line(capsys)
+    assert main([*TINY, "--task", "copy", "--positions", "coupled-sink", "--out", out]) == 2
+    assert "coupled-sink is defined for addition" in one_error_line(capsys)
     assert main([*TINY, "--pack", "0.5", "--out", out]) == 2  # two 3-digit problems need 12 IDs; 6 digits give 8
     assert "raise --max-digits to at least" in one_error_line(capsys)
     assert not Path(out).exists()

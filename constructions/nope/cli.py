@@ -134,6 +134,9 @@ def load(args: argparse.Namespace, task: Any) -> tuple[Any, str, Callable | None
                        f"ignore the position IDs; leave --positions out{hint}")
     if args.model == "construction" and args.positions == "plain":
         raise BadInput("the Theorem 5.1 construction needs coupled position IDs (--positions coupled)")
+    if args.positions == "auto" and scheme not in (None, *POSITION_IDS, "nope", "hard-alibi"):
+        raise BadInput(f"{args.model} was trained with {scheme} positions, which this search does not lay out; "
+                       "pass --positions coupled or --positions plain to feed it those IDs instead")
     if args.positions == "auto":
         coupled = args.model == "construction" or scheme == "coupled"
     else:

@@ -5,8 +5,8 @@
     python -m lengthgen.certify --checkpoint checkpoints/addition_coupled_1l2h_packed --digits 3 --widen-to 3
 
 Statement (docs/certificate.md, "Trained models"): over the N-digit operand pairs that
-``python -m lengthgen.evaluate`` samples (uniform, leading digits non-zero when N > 1, coupled IDs
-from the evaluation start s = 2), teacher-forced exact match with the decision margin
+``python -m lengthgen.evaluate`` samples (uniform, leading digits non-zero when N > 1, the
+checkpoint's coupled IDs, the paper's rule or ``coupled-sink``, from the evaluation start s = 2), teacher-forced exact match with the decision margin
 (:data:`lengthgen.decode.DECISION_MARGIN`) is at least ``accuracy_lower_bound``, in exact real
 arithmetic on the checkpoint's weights (``--dtype real``), or, with ``--dtype float32``, for the
 model's own float32 forward pass under the rounding model (:mod:`lengthgen.proof.trained_float`:
@@ -31,7 +31,7 @@ import torch
 
 from . import task_batches
 from .cli import run_cli, torch_device
-from .data import DataError
+from .data import COUPLED, DataError
 from .decode import DECISION_MARGIN
 from .evaluate import evaluate, load_for_eval
 from .proof.counterexamples import realize, wrong_positions
@@ -59,10 +59,19 @@ def float_below(x: Fraction) -> float:
     return float(np.nextafter(f, -np.inf)) if Fraction(f) > x else f
 
 
+def addition_layout(n: int, start: int, scheme: str = "coupled") -> Layout:
+    """The certificate's layout of n-digit addition under ``scheme`` (``coupled``: ``$`` at ID 0;
+    ``coupled-sink``: ``$`` at the top carry's ID s − 1)."""
+    if scheme not in COUPLED:
+        raise DataError(f"the certificate covers coupled addition IDs ({', '.join(COUPLED)}), not {scheme}")
+    dollar_id = start - 1 if scheme == "coupled-sink" else 0
+    return Layout(n, start, ADDITION.EOS, ADDITION.PLUS, ADDITION.EQUALS, dollar_id)
+
+
 def certify(model: torch.nn.Module, n: int, start: int, *, max_width: int = 2, margin: float = DECISION_MARGIN,
             progress: bool = False, keep_enclosures: bool = False, tail: str = "both",
-            positions: list[int] | None = None, widen_to: int | None = None, dtype: str = "real"
-            ) -> list[PositionResult]:
+            positions: list[int] | None = None, widen_to: int | None = None, dtype: str = "real",
+            scheme: str = "coupled") -> list[PositionResult]:
     """Certificate results of every answer position r = 0 … N + 1 of N-digit coupled addition
     (``keep_enclosures``: each also keeps its configurations' logit-difference enclosures;
     ``tail``: "both" runs the affine tail on what the plain interval pass leaves unproven,
@@ -72,9 +81,10 @@ def certify(model: torch.nn.Module, n: int, start: int, *, max_width: int = 2, m
     certified again, up to this width: a branch and bound whose proven parts each stand on a proof
     of their own; ``dtype``: "real" for the exact real-number function of the weights, or the
     float format of the forward pass the bound is about, "float32" or "float64", under the rounding
-    model (lengthgen.proof.trained_float))."""
+    model (lengthgen.proof.trained_float)); ``scheme``: the checkpoint's position rule, ``coupled`` or
+    ``coupled-sink`` (:func:`addition_layout`)."""
     w = OneLayer.from_model(model, None if dtype == "real" else FloatFormat(dtype))
-    lay = Layout(n, start, ADDITION.EOS, ADDITION.PLUS, ADDITION.EQUALS)
+    lay = addition_layout(n, start, scheme)
     tables = Tables.build(w, n_keys=ADDITION.instance("0" * n, "0" * n, start=start).tokens.shape[0])
     certifiers = {width: PositionCertifier(w, tables, lay, max_width=width, margin=margin,
                                            keep_enclosures=keep_enclosures, tail=tail)
@@ -96,11 +106,11 @@ def certify(model: torch.nn.Module, n: int, start: int, *, max_width: int = 2, m
 
 
 def find_counterexamples(model: torch.nn.Module, n: int, start: int, results: list[PositionResult], limit: int,
-                         seed: int = 0, dtype: str = "real") -> list[dict[str, Any]]:
+                         seed: int = 0, dtype: str = "real", scheme: str = "coupled") -> list[dict[str, Any]]:
     """Up to ``limit`` operand pairs realizing unproven configurations that the model really gets
     wrong at that configuration's answer position (decided argmax; a float64 forward pass for the
     real-arithmetic statement, else one in ``dtype``)."""
-    lay = Layout(n, start, ADDITION.EOS, ADDITION.PLUS, ADDITION.EQUALS)
+    lay = addition_layout(n, start, scheme)
     rng = np.random.default_rng(seed)
     found: list[dict[str, Any]] = []
     for res in results:
@@ -108,7 +118,7 @@ def find_counterexamples(model: torch.nn.Module, n: int, start: int, results: li
         tried = [(cfg, realize(lay, res.window[0], *cfg, rng)) for cfg in res.failed[:budget] for _ in range(TRIES)]
         if not tried:
             continue
-        verdicts = wrong_positions(model, [pair for _, pair in tried], start, dtype=forward_dtype(dtype))
+        verdicts = wrong_positions(model, [pair for _, pair in tried], start, dtype=forward_dtype(dtype), scheme=scheme)
         seen = set()
         for (cfg, (a, b)), wrong in zip(tried, verdicts):
             key = (tuple(cfg[0]), tuple(cfg[1]), cfg[2])
@@ -138,7 +148,7 @@ def summarize(n: int, results: list[PositionResult], counterexamples: list[dict[
 def format_report(desc: dict[str, Any], out: dict[str, Any]) -> str:
     about = ("exact real arithmetic" if out["dtype"] == "real" else
              f"the {out['dtype']} forward pass under the rounding model")
-    lines = [f"{desc['name']} (addition, coupled positions, start {out['start']}), {out['digits']}-digit operands, "
+    lines = [f"{desc['name']} (addition, {out['scheme']} positions, start {out['start']}), {out['digits']}-digit operands, "
              + about,
              f"verdict: {out['verdict']}   accuracy lower bound {out['accuracy_lower_bound']:.6f} "
              f"(1 − unproven mass, union bound over {out['digits'] + 2} answer positions)",
@@ -204,10 +214,11 @@ def _main(argv: list[str] | None) -> int:
                             "window to try, so at least the starting one")
         torch.set_num_threads(args.threads)
         model, desc = load_for_eval(args.checkpoint, args.digits, device=args.device)
-        if desc["task"] != "addition" or desc["positions"] != "coupled":
-            raise DataError(f"{args.checkpoint}: the certificate covers addition with coupled positions, not "
-                            f"{desc['task']} with {desc['positions']} positions")
-        task_batches.check_digits("addition", "coupled", model.cfg.n_ctx, args.digits, str(args.checkpoint))
+        scheme = desc["positions"]
+        if desc["task"] != "addition" or scheme not in COUPLED:
+            raise DataError(f"{args.checkpoint}: the certificate covers addition with coupled (or coupled-sink) "
+                            f"positions, not {desc['task']} with {scheme} positions")
+        task_batches.check_digits("addition", scheme, model.cfg.n_ctx, args.digits, str(args.checkpoint))
         if args.dtype != "real" and model.cfg.dtype != args.dtype:
             raise DataError(f"--dtype {args.dtype}: {args.checkpoint} holds {model.cfg.dtype} weights, and a float "
                             f"statement is about the checkpoint's own forward pass; use --dtype {model.cfg.dtype} "
@@ -215,12 +226,13 @@ def _main(argv: list[str] | None) -> int:
         start = task_batches.EVAL_STARTS["addition"]
         progress = sys.stderr.isatty() and not args.no_progress
         results = certify(model, args.digits, start, max_width=args.max_width, progress=progress, tail=args.tail,
-                          widen_to=args.widen_to, dtype=args.dtype)
-        examples = find_counterexamples(model, args.digits, start, results, args.counterexamples, dtype=args.dtype)
-        out = {"checkpoint": desc["name"], "start": start, "dtype": args.dtype,
+                          widen_to=args.widen_to, dtype=args.dtype, scheme=scheme)
+        examples = find_counterexamples(model, args.digits, start, results, args.counterexamples, dtype=args.dtype,
+                                        scheme=scheme)
+        out = {"checkpoint": desc["name"], "scheme": scheme, "start": start, "dtype": args.dtype,
                **summarize(args.digits, results, examples)}
         if args.samples:
-            row = evaluate(model, "coupled", [args.digits], args.samples, task="addition")[0]
+            row = evaluate(model, scheme, [args.digits], args.samples, task="addition")[0]
             out.update(sampled_accuracy=row["exact_match"], samples=args.samples)
         else:
             out["sampled_accuracy"] = None

@@ -12,6 +12,9 @@ Position schemes:
   :func:`lengthgen.positions.coupled_addition_ids`): a_i, b_i, c_i share ``s + n − 1 − i``, ``+``/``=``
   get ``s + n``, ``$`` and padding 0. Training draws ``s`` per sample, uniform on ``2 .. max_id − n``
   (the authors' random shift), evaluation fixes ``s = 2``.
+* ``coupled-sink`` — ``coupled`` with both ``$`` at the overflow digit's ID ``s − 1`` instead of 0
+  (:func:`lengthgen.positions.coupled_sink_addition_ids`; this project's addition, not the paper's):
+  the query that predicts the top carry finds a key at the ID it reads at every length.
 * ``ape`` — plain learned absolute positions ``0 .. T−1`` (the usual baseline).
 * ``nope`` / ``hard-alibi`` — no position IDs at all (the model ignores them; Hard-ALiBi
   windows live in the model config, Jelassi et al. 2024).
@@ -31,7 +34,8 @@ import torch
 from .positions import random_start
 from .tasks import ADDITION
 
-SCHEMES = ("coupled", "ape", "nope", "hard-alibi")
+SCHEMES = ("coupled", "coupled-sink", "ape", "nope", "hard-alibi")
+COUPLED = ("coupled", "coupled-sink")  # the schemes with coupled IDs (they differ only in the IDs of $)
 EVAL_START = 2  # the construction's start ID s (START_ID of the Theorem 5.1 construction)
 DIGIT, PLUS, EQUALS, DOLLAR = 0, ADDITION.PLUS, ADDITION.EQUALS, ADDITION.EOS
 
@@ -82,8 +86,13 @@ def parse_digit_list(text: str) -> list[int]:
     return sorted(out)
 
 
+def is_coupled(scheme: str) -> bool:
+    """Whether ``scheme`` gives equal significance one ID (``coupled`` or ``coupled-sink``)."""
+    return check_scheme(scheme) in COUPLED
+
+
 def uses_positions(scheme: str) -> bool:
-    return check_scheme(scheme) in ("coupled", "ape")
+    return is_coupled(scheme) or scheme == "ape"
 
 
 def table_size(scheme: str, max_digits: int) -> int:
@@ -91,8 +100,7 @@ def table_size(scheme: str, max_digits: int) -> int:
 
     Coupled at start 2 uses IDs up to ``2 + n``; APE uses ``0 .. 3n + 4``;
     NoPE/Hard-ALiBi need none (1 row, unused)."""
-    check_scheme(scheme)
-    if scheme == "coupled":
+    if is_coupled(scheme):
         return EVAL_START + max_digits + 1
     if scheme == "ape":
         return 3 * max_digits + 5
@@ -101,8 +109,7 @@ def table_size(scheme: str, max_digits: int) -> int:
 
 def table_digits(scheme: str, n_ctx: int) -> int | None:
     """Longest operands a table of ``n_ctx`` rows can hold (``None``: unlimited)."""
-    check_scheme(scheme)
-    if scheme == "coupled":
+    if is_coupled(scheme):
         return n_ctx - 1 - EVAL_START
     if scheme == "ape":
         return (n_ctx - 5) // 3
@@ -188,10 +195,12 @@ def layout(a: np.ndarray, b: np.ndarray, n: np.ndarray, scheme: str, start: np.n
     tokens = np.where(in_c, gather(c), tokens)
     sep = (t == nn + 1) | (t == 2 * nn + 2)
     tokens = np.where(t == nn + 1, PLUS, np.where(t == 2 * nn + 2, EQUALS, tokens))
-    if scheme == "coupled":
+    if is_coupled(scheme):
         s = np.broadcast_to(np.asarray(start, dtype=np.int64), (B,))[:, None]
         digit = in_a | in_b | in_c
-        pos = np.where(digit, s + nn - 1 - sig, np.where(sep, s + nn, 0)).astype(np.int64)
+        dollar = s - 1 if scheme == "coupled-sink" else 0
+        ends = (t == 0) | (t == 3 * nn + 4)                           # the opening and the final $
+        pos = np.where(digit, s + nn - 1 - sig, np.where(sep, s + nn, np.where(ends, dollar, 0))).astype(np.int64)
     elif scheme == "ape":
         pos = np.where(t <= 3 * nn + 4, t, 0).astype(np.int64)
     else:
@@ -212,7 +221,7 @@ def training_batch(
     lb = rng.integers(lo, hi + 1, size=batch_size)
     a, b = sample_numbers(rng, la, hi), sample_numbers(rng, lb, hi)
     n = np.maximum(la, lb)
-    start = random_start(rng, n, n_ctx - 1) if scheme == "coupled" else EVAL_START
+    start = random_start(rng, n, n_ctx - 1) if is_coupled(scheme) else EVAL_START
     return layout(a, b, n, scheme, start)
 
 
@@ -231,7 +240,8 @@ def check_pack_fits(hi: int, n_ctx: int, problems: int = 2, gap: int = 2, width:
 
 
 def packed_training_batch(
-    rng: np.random.Generator, batch_size: int, lo: int, hi: int, n_ctx: int, pack: float, gap: int = 2
+    rng: np.random.Generator, batch_size: int, lo: int, hi: int, n_ctx: int, pack: float, gap: int = 2,
+    scheme: str = "coupled",
 ) -> Batch:
     """Coupled training rows of which a fraction ``pack`` hold two additions back to back,
     ``$ a+b=c $ a'+b'=c' $`` (the first problem's final ``$`` is the second one's BOS, as in packed
@@ -244,7 +254,10 @@ def packed_training_batch(
     never shows, and training pushes their scores down; with one problem per row those scores are
     never trained (docs/training.md, "Packed rows"). Gap ≥ 2 keeps every key of the other problem off the
     IDs ``i`` and ``i − 1`` that a query at ID ``i`` reads. Rows that are not packed are ordinary
-    :func:`training_batch` rows."""
+    :func:`training_batch` rows. ``scheme`` is ``coupled`` or ``coupled-sink``; under the latter the
+    shared ``$`` takes the second problem's ``$`` ID (it is that problem's opening ``$``)."""
+    if not is_coupled(scheme):
+        raise DataError(f"packed rows need coupled IDs (coupled or coupled-sink), not {scheme}")
     check_pack_fits(hi, n_ctx, gap=gap)
     max_id = n_ctx - 1
     probs = []
@@ -262,24 +275,29 @@ def packed_training_batch(
     high_begin = low_begin + np.where(first_low, w1, w2) + gap + o2
     s1 = np.where(packed, np.where(first_low, low_begin, high_begin) + 1, random_start(rng, n1, max_id))
     s2 = np.where(first_low, high_begin, low_begin) + 1
-    one = layout(*probs[0], "coupled", s1)
-    two = layout(*probs[1], "coupled", s2)
+    one = layout(*probs[0], scheme, s1)
+    two = layout(*probs[1], scheme, s2)
     len1 = (3 * n1 + 5)[:, None]
     len2 = np.where(packed, 3 * n2 + 5, 1)[:, None]  # an unpacked row takes nothing from the second problem
     t = np.arange(int((len1 + len2 - 1).max()))[None, :]
     from_one, in_two = t < len1, (t >= len1) & (t - len1 + 1 < len2)
     i, j = np.clip(t, 0, one.tokens.shape[1] - 1), np.clip(t - len1 + 1, 0, two.tokens.shape[1] - 1)
 
-    def pick(x1: np.ndarray, x2: np.ndarray, fill) -> np.ndarray:
-        """Row-wise: ``x1`` up to its problem's final ``$``, then ``x2`` after its BOS, then ``fill``."""
-        return np.where(from_one, np.take_along_axis(x1, i, 1), np.where(in_two, np.take_along_axis(x2, j, 1), fill))
+    def pick(x1: np.ndarray, x2: np.ndarray, fill, shared_from_two: bool = False) -> np.ndarray:
+        """Row-wise: ``x1`` up to its problem's final ``$`` (or, with ``shared_from_two``, up to just
+        before it on packed rows), then ``x2`` from its BOS or after it, then ``fill``."""
+        one_, two_ = (from_one, in_two)
+        if shared_from_two:
+            shared = packed[:, None] & (t == len1 - 1)
+            one_, two_ = from_one & ~shared, in_two | shared
+        return np.where(one_, np.take_along_axis(x1, i, 1), np.where(two_, np.take_along_axis(x2, j, 1), fill))
 
     def predicted(b: Batch) -> np.ndarray:
         """Loss mask moved onto the predicted token (``loss_mask[:, t]`` scores token ``t + 1``)."""
         return np.concatenate([np.zeros((len(b.loss_mask), 1), bool), b.loss_mask], axis=1)
 
     tokens = pick(one.tokens, two.tokens, DOLLAR)
-    pos = pick(one.pos_ids, two.pos_ids, 0)
+    pos = pick(one.pos_ids, two.pos_ids, 0, shared_from_two=True)  # the shared $ is problem two's BOS
     mask = pick(predicted(one), predicted(two), False)[:, 1:]
     return Batch(tokens=tokens, pos_ids=pos, loss_mask=mask, n=np.maximum(n1, np.where(packed, n2, 0)))
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .data import DOLLAR, Batch, check_pack_fits, layout, sample_numbers
+from .data import DOLLAR, Batch, DataError, check_pack_fits, is_coupled, layout, sample_numbers
 from .positions import random_start
 
 
@@ -70,9 +70,12 @@ def join(parts: list[Batch], lengths: np.ndarray, count: np.ndarray, n: np.ndarr
 
 
 def packed_rows(rng: np.random.Generator, batch_size: int, lo: int, hi: int, n_ctx: int, pack: float,
-                problems: int, gap: int = 2) -> Batch:
+                problems: int, gap: int = 2, scheme: str = "coupled") -> Batch:
     """``batch_size`` coupled addition rows, a fraction ``pack`` of them holding 2 to ``problems``
-    problems (module docstring)."""
+    problems (module docstring); ``scheme`` is ``coupled`` or ``coupled-sink`` (each shared ``$``
+    then carries the next problem's ``$`` ID, :func:`join` writing the next problem over it)."""
+    if not is_coupled(scheme):
+        raise DataError(f"packed rows need coupled IDs (coupled or coupled-sink), not {scheme}")
     if problems < 3:
         raise ValueError("packed_rows is for three or more problems per row (two: data.packed_training_batch)")
     check_pack_fits(hi, n_ctx, problems, gap)
@@ -87,5 +90,5 @@ def packed_rows(rng: np.random.Generator, batch_size: int, lo: int, hi: int, n_c
     for r in np.nonzero(count > 1)[0]:
         k = int(count[r])
         starts[:k, r] = _id_starts(rng, n[:k, r] + 2, max_id, gap)
-    parts = [layout(*ops[j], "coupled", starts[j]) for j in range(problems)]
+    parts = [layout(*ops[j], scheme, starts[j]) for j in range(problems)]
     return join(parts, 3 * n + 5, count, n, DOLLAR)                    # 3n + 5 tokens, both $ included

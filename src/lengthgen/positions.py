@@ -35,6 +35,30 @@ def coupled_addition_ids(n: int, start: int = 2) -> np.ndarray:
     return np.concatenate([zero, operand, sep, operand, sep, answer, zero])
 
 
+def coupled_sink_addition_ids(n: int, start: int = 2) -> np.ndarray:
+    """The ``coupled-sink`` rule: :func:`coupled_addition_ids` with both ``$`` moved from ID 0 to the
+    overflow digit's ID ``s − 1``.
+
+    Not in the paper (an addition of this project, docs/training.md, "A sink for the top carry"). Under
+    the paper's rule the query that predicts c_n (the token c_{n−1}, ID s) reads ID s − 1, where no
+    token of the prompt lies, so what it attends to instead depends on the length. Here the opening
+    ``$`` lies at ID s − 1 at every length and every start: the digits of that column are "absent",
+    and the same key tells the query c_n (ID s − 1) that the answer is complete. Example (n = 3, s = 2):
+    ``$653+049=2070$`` -> ``1 2 3 4 5 2 3 4 5 4 3 2 1 1``."""
+    ids = coupled_addition_ids(n, start)
+    ids[[0, -1]] = start - 1
+    return ids
+
+
+def addition_ids(scheme: str, n: int, start: int = 2) -> np.ndarray:
+    """The IDs of an n-digit addition under ``scheme``: ``coupled`` (the paper's rule) or ``coupled-sink``."""
+    if scheme == "coupled":
+        return coupled_addition_ids(n, start)
+    if scheme == "coupled-sink":
+        return coupled_sink_addition_ids(n, start)
+    raise ValueError(f"addition_ids lays out coupled or coupled-sink IDs, not {scheme!r}")
+
+
 def max_coupled_id(n: int, start: int = 2) -> int:
     """Largest position ID used by an n-digit addition starting at ``start``: ``s + n``."""
     return start + n

@@ -44,10 +44,18 @@ def sequence_length(task_name: str, n: int) -> int:
     return 2 * n + 3 if m == 0 else 2 * (n + m) + 4
 
 
-def table_size(task_name: str, scheme: str, max_digits: int) -> int:
-    """Rows of ``W_pos`` needed to evaluate (first) operands of up to ``max_digits`` digits."""
+def check_task_scheme(task_name: str, scheme: str) -> None:
+    """``coupled-sink`` moves addition's ``$`` onto the top carry's ID; other tasks have no such digit."""
     check_scheme(scheme)
     get_task(task_name)
+    if scheme == "coupled-sink" and task_name != "addition":
+        raise DataError(f"--positions coupled-sink is defined for addition (its $ takes the top carry's ID); "
+                        f"use --positions coupled for {task_name}")
+
+
+def table_size(task_name: str, scheme: str, max_digits: int) -> int:
+    """Rows of ``W_pos`` needed to evaluate (first) operands of up to ``max_digits`` digits."""
+    check_task_scheme(task_name, scheme)
     if task_name == "addition":
         return data.table_size(scheme, max_digits)
     if scheme == "coupled":  # largest ID s + N + M at the evaluation start
@@ -61,7 +69,7 @@ def table_digits(task_name: str, scheme: str, n_ctx: int) -> int | None:
     """Longest (first) operands a table of ``n_ctx`` rows can hold (``None``: unlimited)."""
     if task_name == "addition":
         return data.table_digits(scheme, n_ctx)
-    check_scheme(scheme)
+    check_task_scheme(task_name, scheme)
     if scheme == "coupled":
         return n_ctx - 1 - DEFAULT_EVAL_START - second_operand_digits(task_name)
     if scheme == "ape":
@@ -156,9 +164,9 @@ def training_batch(task_name: str, rng: np.random.Generator, batch_size: int, lo
     the fraction of rows packed)."""
     if task_name == "addition":
         if pack and pack_problems > 2:
-            return packing.packed_rows(rng, batch_size, lo, hi, n_ctx, pack, pack_problems)
+            return packing.packed_rows(rng, batch_size, lo, hi, n_ctx, pack, pack_problems, scheme=scheme)
         if pack:
-            return data.packed_training_batch(rng, batch_size, lo, hi, n_ctx, pack)
+            return data.packed_training_batch(rng, batch_size, lo, hi, n_ctx, pack, scheme=scheme)
         return data.training_batch(rng, batch_size, lo, hi, scheme, n_ctx)
     if pack and task_name not in PACKABLE:
         raise DataError(f"--pack is defined for {', '.join(('addition', *PACKABLE))}, not for {task_name}")

@@ -223,7 +223,8 @@ def parser() -> OneLineParser:
     from .tasks import TASKS
 
     p.add_argument("--task", default=d.task, help=f"task: {' | '.join(TASKS)} (its vocabulary and coupled IDs)")
-    p.add_argument("--positions", default=d.positions, help=f"position scheme: {' | '.join(SCHEMES)}")
+    p.add_argument("--positions", default=d.positions, help=f"position scheme: {' | '.join(SCHEMES)} (coupled-sink: coupled, with "
+                   "addition's $ at the top carry's ID instead of 0)")
     p.add_argument("--layers", type=int, default=d.layers, help="transformer blocks")
     p.add_argument("--heads", type=int, default=d.heads, help="attention heads per block")
     p.add_argument("--d-model", type=int, default=d.d_model, help="residual stream width")

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from . import task_batches
-from .data import DataError, SCHEMES, check_pack_fits, parse_digit_range
+from .data import DataError, SCHEMES, check_pack_fits, is_coupled, parse_digit_range, uses_positions
 from .init import init_weights_, sinusoidal_table
 from .model import Annotations, Transformer, TransformerConfig
 from .resources import require_memory
@@ -66,7 +66,8 @@ class TrainConfig:
         if self.positions not in SCHEMES:
             raise DataError(f"unknown position scheme {self.positions!r}; choose one of {', '.join(SCHEMES)}")
         lo, hi = parse_digit_range(self.train_digits)
-        if self.positions in ("coupled", "ape") and hi > self.max_digits:
+        task_batches.check_task_scheme(self.task, self.positions)
+        if uses_positions(self.positions) and hi > self.max_digits:
             raise DataError(f"--train-digits {self.train_digits} exceeds --max-digits {self.max_digits}")
         if self.pack and self.task not in ("addition", *task_batches.PACKABLE):
             raise DataError(f"--pack is defined for addition, copy and reverse; --task {self.task} cannot be packed")
@@ -85,7 +86,7 @@ class TrainConfig:
             raise DataError("--keep-best needs --val-digits")
         if self.val_digits is not None:
             vlo, vhi = parse_digit_range(self.val_digits)
-            if self.positions in ("coupled", "ape") and vhi > self.max_digits:
+            if uses_positions(self.positions) and vhi > self.max_digits:
                 raise DataError(f"--val-digits {self.val_digits} exceeds --max-digits {self.max_digits}")
         if not (math.isfinite(self.attn_entropy) and self.attn_entropy >= 0):
             raise DataError(f"--attn-entropy is a weight: a finite number >= 0, got {self.attn_entropy}")
@@ -95,8 +96,8 @@ class TrainConfig:
             raise DataError(f"unknown --pos-init {self.pos_init!r}; choose one of {', '.join(POS_INITS)}")
         if not 0 <= self.pack <= 1:
             raise DataError("--pack is a fraction of the training rows: 0 <= pack <= 1")
-        if self.pack and self.positions != "coupled":
-            raise DataError("--pack needs --positions coupled (two problems get disjoint coupled ID ranges)")
+        if self.pack and not is_coupled(self.positions):
+            raise DataError("--pack needs --positions coupled or coupled-sink (the problems get disjoint coupled ID ranges)")
         if self.pack_problems < 2:
             raise DataError(f"--pack-problems is the most additions in one packed row: at least 2, got {self.pack_problems}")
         if self.pack_problems > 2 and not self.pack:
@@ -129,7 +130,7 @@ class TrainConfig:
             d_vocab=len(task.vocab), d_model=self.d_model, n_layers=self.layers, n_heads=self.heads,
             d_head=self.d_head or self.d_model // self.heads, d_mlp=self.d_mlp or 4 * self.d_model,
             n_ctx=task_batches.table_size(self.task, self.positions, self.max_digits),
-            positional="learned" if self.positions in ("coupled", "ape") else "none",
+            positional="learned" if uses_positions(self.positions) else "none",
             act_fn=self.act_fn, normalization=self.normalization, attn_windows=windows, attn_scale=self.attn_scale,
             attn_log_length=self.attn_log_length,
         )
@@ -142,7 +143,7 @@ def build_model(cfg: TrainConfig) -> Transformer:
     title = f"{cfg.task}, {cfg.positions} positions, {cfg.layers} layer(s) x {cfg.heads} heads, d={cfg.d_model}"
     model = Transformer(cfg.model_config(), Annotations(vocab=list(get_task(cfg.task).vocab), notes=notes, title=title))
     init_weights_(model, cfg.seed, embed_std=cfg.embed_std)
-    if cfg.pos_init == "sinusoidal" and cfg.positions in ("coupled", "ape"):
+    if cfg.pos_init == "sinusoidal" and uses_positions(cfg.positions):
         with torch.no_grad():
             table = sinusoidal_table(model.cfg.n_ctx, model.cfg.d_model)
             model.pos_embed.W_pos.copy_(table * cfg.embed_std * math.sqrt(2))  # RMS = embed_std

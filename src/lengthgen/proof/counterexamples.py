@@ -17,6 +17,7 @@ import torch
 
 from ..decode import UNDECIDED, decided_argmax
 from ..model import Transformer
+from ..positions import addition_ids
 from ..tasks import ADDITION
 from .trained import Layout
 
@@ -40,16 +41,17 @@ def realize(lay: Layout, lo: int, a_w: np.ndarray, b_w: np.ndarray, carry: int, 
 
 @torch.inference_mode()
 def wrong_positions(model: Transformer, pairs: list[tuple[str, str]], start: int, batch: int = 64,
-                    dtype: torch.dtype = torch.float64) -> list[dict[int, tuple[str, str]]]:
+                    dtype: torch.dtype = torch.float64, scheme: str = "coupled") -> list[dict[int, tuple[str, str]]]:
     """Per pair: {answer position r: (expected token, predicted token)} where the model in ``dtype``
-    (float64 by default, the closest to its real-number function), teacher-forced, does not
-    predict the true next token with the decision margin."""
+    (float64 by default, the closest to its real-number function), teacher-forced on the IDs of
+    ``scheme`` (``coupled`` or ``coupled-sink``), does not predict the true next token with the
+    decision margin."""
     m64 = copy.deepcopy(model).to(dtype).eval()
     out: list[dict[int, tuple[str, str]]] = []
     for i in range(0, len(pairs), batch):
         insts = [ADDITION.instance(a, b, start=start) for a, b in pairs[i:i + batch]]
         tokens = torch.as_tensor(np.stack([x.tokens for x in insts]), device=model.device)
-        pos = torch.as_tensor(np.stack([x.pos_ids for x in insts]), device=model.device)
+        pos = torch.as_tensor(np.stack([addition_ids(scheme, x.n, start) for x in insts]), device=model.device)
         first = insts[0].prompt_len - 1
         logits = m64(tokens[:, :-1], pos[:, :-1], logits_from=first)
         pred = decided_argmax(logits).cpu().numpy()

@@ -8,7 +8,9 @@ predicts its token with a margin" (lengthgen.evaluate's definition, equal to gre
 match by induction), and the union bound over the N + 2 answer positions gives the sum.
 
 Answer position r (0 ≤ r ≤ N + 1) is the query at ``=`` (r = 0) or at answer digit c_{r−1}; it
-predicts c_r (``$`` for r = N + 1). Layout: significance j of a, b and c has ID s + N − 1 − j.
+predicts c_r (``$`` for r = N + 1). Layout: significance j of a, b and c has ID s + N − 1 − j, ``+`` and
+``=`` have s + N, the opening ``$`` ID 0 (``coupled``) or s − 1 (``coupled-sink``,
+:func:`lengthgen.positions.coupled_sink_addition_ids`).
 
 Per answer position, a *window* W = [lo, hi] of significances (always holding the ones the query
 token and the target depend on, widened toward the IDs whose keys may carry most attention) and a
@@ -51,13 +53,15 @@ DIGITS = np.arange(10)
 
 @dataclass
 class Layout:
-    """Token ids and the coupled layout of one operand length (``s``: the start ID)."""
+    """Token ids and the coupled layout of one operand length (``s``: the start ID; ``dollar_id``: the
+    opening ``$``'s ID, 0 under the paper's rule and s − 1 under ``coupled-sink``)."""
 
     n: int
     s: int
     dollar: int
     plus: int
     equals: int
+    dollar_id: int = 0
 
     def id_of(self, j: int) -> int:
         """Position ID of significance j (a_j, b_j, c_j)."""
@@ -205,7 +209,7 @@ class PositionCertifier:
         """(token per configuration, ID) of every key whose token the configuration fixes."""
         lay, C = self.lay, len(a)
         const = lambda tok: np.full(C, tok, dtype=np.int64)  # noqa: E731
-        slots = [(const(lay.dollar), 0), (const(lay.plus), lay.s + lay.n), (const(lay.equals), lay.s + lay.n)]
+        slots = [(const(lay.dollar), lay.dollar_id), (const(lay.plus), lay.s + lay.n), (const(lay.equals), lay.s + lay.n)]
         for i, j in enumerate(range(lo, hi + 1)):
             slots += [(a[:, i], lay.id_of(j)), (b[:, i], lay.id_of(j))]
             if j <= r - 1:
