@@ -216,8 +216,8 @@ def _main(argv: list[str] | None) -> int:
         model, desc = load_for_eval(args.checkpoint, args.digits, device=args.device)
         scheme = desc["positions"]
         if desc["task"] != "addition" or scheme not in COUPLED:
-            raise DataError(f"{args.checkpoint}: the certificate covers addition with coupled (or coupled-sink) "
-                            f"positions, not {desc['task']} with {scheme} positions")
+            raise DataError(f"{args.checkpoint}: the certificate covers addition with coupled positions (the "
+                            f"paper's rule or coupled-sink), not {desc['task']} with {scheme} positions")
         task_batches.check_digits("addition", scheme, model.cfg.n_ctx, args.digits, str(args.checkpoint))
         if args.dtype != "real" and model.cfg.dtype != args.dtype:
             raise DataError(f"--dtype {args.dtype}: {args.checkpoint} holds {model.cfg.dtype} weights, and a float "
