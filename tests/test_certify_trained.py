@@ -25,6 +25,7 @@ from lengthgen.model import Transformer, TransformerConfig
 from lengthgen.proof.trained import Layout, PositionCertifier
 from lengthgen.proof.trained_tables import OneLayer, Tables
 from lengthgen.positions import addition_ids
+from lengthgen.proof.counterexamples import wrong_positions
 from lengthgen.runs import checkpoint_notes, load_checkpoint, with_notes, write_checkpoint
 from lengthgen.tasks import ADDITION
 from tests.cli_checks import assert_one_line_error
@@ -121,6 +122,21 @@ def test_a_coupled_sink_model_is_certified_on_its_own_ids():
     with torch.no_grad():
         model.pos_embed.W_pos.mul_(40.0)
     assert_sound(model, 1, all_pairs(1), exhaustive=True, scheme="coupled-sink")  # with $ at ID 0 instead: fails
+
+
+def test_counterexamples_of_a_coupled_sink_model_are_checked_on_its_own_ids():
+    """wrong_positions, which decides whether an unproven configuration is a real counterexample,
+    must feed a coupled-sink model its own IDs: on them the committed 1-5-digit sink model gets
+    40 random 20-digit additions right (measured: 0 wrong); on the paper's IDs ($ at 0) it misses
+    the top carry (answer position 20) on most of them (measured 31 of 40), and nothing below it."""
+    n = 20
+    model, _, _ = load_checkpoint("checkpoints/addition_coupled_sink_1l2h_packed_50", n)
+    rng = np.random.default_rng(0)
+    pairs = [tuple("".join(map(str, [rng.integers(1, 10), *rng.integers(0, 10, n - 1)])) for _ in range(2))
+             for _ in range(40)]
+    assert not any(wrong_positions(model, pairs, START, scheme="coupled-sink"))
+    paper = wrong_positions(model, pairs, START)
+    assert sum(n in wrong for wrong in paper) >= 20 and all(set(wrong) <= {n, n + 1} for wrong in paper)
 
 
 def extreme_pairs(n: int, rng: np.random.Generator, count: int) -> list[tuple[int, int]]:

@@ -34,6 +34,7 @@ from .cli import run_cli, torch_device
 from .data import COUPLED, DataError
 from .decode import DECISION_MARGIN
 from .evaluate import evaluate, load_for_eval
+from .positions import addition_ids
 from .proof.counterexamples import realize, wrong_positions
 from .proof.trained import Layout, PositionCertifier, PositionResult
 from .proof.trained_float import FloatFormat
@@ -64,7 +65,7 @@ def addition_layout(n: int, start: int, scheme: str = "coupled") -> Layout:
     ``coupled-sink``: ``$`` at the top carry's ID s − 1)."""
     if scheme not in COUPLED:
         raise DataError(f"the certificate covers coupled addition IDs ({', '.join(COUPLED)}), not {scheme}")
-    dollar_id = start - 1 if scheme == "coupled-sink" else 0
+    dollar_id = int(addition_ids(scheme, n, start)[0])  # the opening $'s ID, from the rule itself
     return Layout(n, start, ADDITION.EOS, ADDITION.PLUS, ADDITION.EQUALS, dollar_id)
 
 
