@@ -67,6 +67,13 @@ def test_exported_construction_scores_100_percent_through_the_cli(construction, 
     assert "do not fit the position table" in one_error_line(capsys)
 
 
+def test_digits_take_a_comma_list_with_steps(construction, capsys):
+    assert main(["--checkpoint", construction, "--digits", "2,9-12:3", "--samples", "20", "--json", "--no-progress"]) == 0
+    assert [r["n"] for r in json.loads(capsys.readouterr().out)["results"]] == [2, 9, 12]
+    assert main(["--checkpoint", construction, "--digits", "2,13", "--no-progress"]) == 2  # the longest is checked
+    assert "do not fit the position table" in one_error_line(capsys)
+
+
 def test_a_registered_name_resolves_through_entry_points(registry, capsys):
     assert "construction" in registered_checkpoints()
     assert main(["--checkpoint", "construction", "--digits", "14-15", "--samples", "50", "--json", "--no-progress"]) == 0

@@ -32,7 +32,7 @@ import torch
 
 from . import task_batches
 from .cli import non_negative_integer, run_cli, torch_device
-from .data import DataError, parse_digit_range
+from .data import DataError, parse_digit_list
 from .decode import decided_argmax
 from .model import DENSE_ENTRIES_LIMIT, Transformer
 from .runs import OneLineParser, RunError, fail, load_checkpoint, write_json
@@ -158,7 +158,7 @@ def parser() -> OneLineParser:
     p.add_argument("--checkpoint", required=True,
                    help="run directory, checkpoint directory or weight file; or a registered name such as "
                         "'construction' (Theorem 5.1's model)")
-    p.add_argument("--digits", default="1-15", help="operand lengths, e.g. 1-15 or 6")
+    p.add_argument("--digits", default="1-15", help="operand lengths: a range, a single length or a comma list with optional steps, e.g. 1-15, 6 or 1-10,20-100:10")
     p.add_argument("--samples", type=int, default=1000, help="test examples per length")
     p.add_argument("--seed", type=non_negative_integer, default=DEFAULT_SEED, help="test-set seed (same additions for every model)")
     p.add_argument("--batch-size", type=int, default=500, help="most rows per forward pass (the test set is "
@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     args = parser().parse_args(argv)
     try:
-        lo, hi = parse_digit_range(args.digits)
+        lengths = parse_digit_list(args.digits)
         if min(args.samples, args.batch_size, args.threads, args.max_memory) < 1:
             raise DataError("--samples, --batch-size, --max-memory and --threads must be at least 1")
         if args.out and Path(args.out).is_dir():
@@ -192,8 +192,8 @@ def _main(argv: list[str] | None) -> int:
         if args.device.startswith("cuda") and not torch.cuda.is_available():
             raise RunError("--device cuda, but CUDA is not available")
         torch.set_num_threads(args.threads)
-        model, desc = load_for_eval(args.checkpoint, hi, device=args.device)
-        rows = evaluate(model, desc["positions"], list(range(lo, hi + 1)), args.samples, task=desc["task"],
+        model, desc = load_for_eval(args.checkpoint, lengths[-1], device=args.device)
+        rows = evaluate(model, desc["positions"], lengths, args.samples, task=desc["task"],
                         seed=args.seed, batch_size=args.batch_size, max_memory=args.max_memory << 20,
                         progress=not args.no_progress and sys.stderr.isatty(), what=str(args.checkpoint))
         result = {**desc, "seed": args.seed, "results": rows}
