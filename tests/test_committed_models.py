@@ -169,13 +169,13 @@ ENTROPY = "addition_coupled_1l2h_packed_entropy_010"  # 1-10 digits, table for 1
 ENTROPY_COUNTEREXAMPLE = (8180032568, 9580096596)  # found by lengthgen.certify at N = 10 (docs/certificate.md)
 
 
-def wrong_digits(model, a: int, b: int) -> dict[int, tuple[str, str]]:
-    """Greedy decoding of a + b (equal-length operands, coupled IDs from start 2) against Python's
+def wrong_digits(model, a: int, b: int, scheme: str = "coupled") -> dict[int, tuple[str, str]]:
+    """Greedy decoding of a + b (equal-length operands, the IDs of ``scheme`` from start 2) against Python's
     a + b: {answer position: (expected, written)} wherever the reversed answer or its final $
     differs (a missing token counts as written "")."""
     n = len(str(a))
     prompt = torch.as_tensor(ADDITION.encode(f"${a}+{b}="))[None]
-    ids = torch.as_tensor(coupled_addition_ids(n, start=2))
+    ids = torch.as_tensor(addition_ids(scheme, n, start=2))
     first = 2 * n + 3
     row = greedy_generate_batch(model, prompt, ids[None, :first], ids[None, first:-1], max_new_tokens=n + 2,
                                 stop_token=ADDITION.EOS)[0]
@@ -401,3 +401,14 @@ def test_the_sink_turns_the_six_problem_seed_that_broke_into_one_right_at_100_di
     assert greedy_addition_match(load_sink(SINK_100, 2, "1-10"), 100, scheme="coupled-sink") >= 0.99
     answers = greedy_addition_answers(load_sink(SINK_100, 1, "1-10"), 100, 500, seed=1234, scheme="coupled-sink")
     assert np.mean([got == want for got, want in answers]) <= 0.70
+
+
+def test_the_sink_model_with_the_entropy_penalty_is_wrong_where_its_10_digit_certificate_says():
+    """checkpoints/addition_coupled_sink_1l2h_packed_50_entropy_late is proven exact at 5 digits
+    (tests/test_certify_trained.py), and its 10-digit certificate prints pairs it really gets
+    wrong, e.g. 8100032502 + 9556796509 with answer digit c_1 = 1 written as 4
+    (bench/results/certify_trained/sink50_entropy_late_n10.json). Greedy decoding against Python's
+    a + b shows it; the same recipe without the penalty is right there."""
+    model = load_sink("addition_coupled_sink_1l2h_packed_50_entropy_late", 0, "1-5")
+    assert wrong_digits(model, 8100032502, 9556796509, "coupled-sink") == {1: ("1", "4")}
+    assert wrong_digits(load_sink(SINK_50, 0, "1-5"), 8100032502, 9556796509, "coupled-sink") == {}
