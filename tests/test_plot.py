@@ -321,3 +321,14 @@ def test_the_zoom_of_a_long_probe_keeps_its_row_labels_apart_and_its_cells_unwri
         assert len(labels) / height_in <= 48 / 6.2 + 1e-9 or len(labels) <= 6, (len(labels), height_in)
         assert (len(labels) == rows.stop - rows.start) == annotated
         assert bool(ax.texts) == annotated
+
+
+def test_legend_columns_keep_long_labels_inside_the_figure():
+    """Labels filled column by column: short ones in four columns; three long seed-group labels
+    stacked in one column would not fit beside each other, so fewer columns are used."""
+    from lengthgen.plot_length import legend_columns
+
+    assert legend_columns(["trained lengths", "construction", "APE", "NoPE", "a", "b"]) == 4
+    long = "coupled-sink, six problems per row (mean of 3 seeds; band: range)"
+    assert legend_columns(["trained lengths", "construction", long, long, long, "plain APE", "NoPE"]) == 2
+    assert legend_columns([long * 2, long * 2]) == 1

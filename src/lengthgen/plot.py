@@ -46,9 +46,11 @@ DEFAULT_CHECKPOINTS = {  # label -> committed checkpoint (all 1 layer, 2 heads, 
 #: the figure out to 100 digits: models trained on 1-10 digits with a position table for 100; a label given
 #: more than once is one curve, the mean of its seeds with a lowest-highest band (lengthgen.plot_length)
 LONG_CHECKPOINTS = [
-    *[("coupling, packed rows, late entropy penalty", f"checkpoints/addition_coupled_1l2h_packed_entropy_001_late{s}")
+    *[("coupling, late entropy penalty", f"checkpoints/addition_coupled_1l2h_packed_entropy_001_late{s}")
       for s in ("", "_seed1", "_seed2")],
-    *[("coupling, up to six problems per packed row", f"checkpoints/addition_coupled_1l2h_pack6_100{s}")
+    *[("coupling, six problems per row", f"checkpoints/addition_coupled_1l2h_pack6_100{s}")
+      for s in ("", "_seed1", "_seed2")],
+    *[("coupled-sink, six problems per row", f"checkpoints/addition_coupled_sink_1l2h_pack6_100{s}")
       for s in ("", "_seed1", "_seed2")],
     ("plain APE", "checkpoints/addition_ape_1l2h_100"),
     ("NoPE", "checkpoints/addition_nope_1l2h_100"),

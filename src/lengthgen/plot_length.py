@@ -28,6 +28,9 @@ CONSTRUCTION_STYLE = ("#000000", "*", (0, (2, 2)))
 DODGE = 0.09        # horizontal offset between neighbouring models' markers (lengths are integers)
 EVERY_TICK = 30     # lengths spanning up to this many digits get a tick each; wider spans about a dozen
 BAND_ALPHA = 0.22   # opacity of a seed group's min-max band
+FIG_WIDTH = 12.5    # inches
+LEGEND_FONT = 10.5  # points
+LEGEND_ROW = 0.27   # inches per legend row
 
 
 def parse_models(specs: list[str]) -> list[tuple[str | None, str]]:
@@ -116,7 +119,7 @@ def length_figure(entries: dict[str, Any], title: str, zoom_from: float = 90.0):
     A seed group is its mean line with a min–max band of the same colour."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(12.5, 5.6), gridspec_kw={"width_ratios": [3, 2]})
+    fig, axes = plt.subplots(1, 2, figsize=(FIG_WIDTH, 5.6), gridspec_kw={"width_ratios": [3, 2]})
     spans = sorted({parse_digit_range(e["train_digits"]) for e in entries.values() if e.get("train_digits")})
     all_n = sorted({r["n"] for e in entries.values() for r in e["results"]})
     many = _many(all_n)
@@ -137,7 +140,7 @@ def length_figure(entries: dict[str, Any], title: str, zoom_from: float = 90.0):
             color, marker, ls = MODEL_STYLES[i % len(MODEL_STYLES)]
             dx = (i - (len(trained) - 1) / 2) * dodge
             if "seeds" in e:
-                label = f"{label} (mean of {len(e['seeds'])} seeds, band: lowest–highest)"
+                label = f"{label} (mean of {len(e['seeds'])} seeds; band: range)"
                 ax.fill_between([x + dx for x in xs], [100 * r["exact_match_min"] for r in e["results"]],
                                 [100 * r["exact_match_max"] for r in e["results"]], color=color, alpha=BAND_ALPHA,
                                 lw=0, zorder=2.5 + i)
@@ -154,10 +157,26 @@ def length_figure(entries: dict[str, Any], title: str, zoom_from: float = 90.0):
     axes[0].set_title("all lengths", fontsize=11)
     axes[1].set_title(f"zoom on {zoom_from:g}–100 %", fontsize=11)
     handles, labels = axes[0].get_legend_handles_labels()
-    long_labels = max(map(len, labels), default=0) > 40
-    fig.legend(handles, labels, fontsize=10.5, loc="lower center", ncol=3 if long_labels else 4, frameon=False)
-    fig.tight_layout(rect=(0, 0.13, 1, 1))
+    ncol = legend_columns(labels)
+    rows = -(-len(labels) // ncol)
+    legend_height = LEGEND_ROW * rows + 0.2  # inches below the axes
+    fig.set_size_inches(FIG_WIDTH, 5.0 + legend_height)
+    fig.legend(handles, labels, fontsize=LEGEND_FONT, loc="lower center", ncol=ncol, frameon=False)
+    fig.tight_layout(rect=(0, legend_height / (5.0 + legend_height), 1, 1))
     return fig
+
+
+def legend_columns(labels: list[str], width: float = FIG_WIDTH) -> int:
+    """The most legend columns (at most 4) whose labels fit side by side in ``width`` inches, filled
+    column by column as matplotlib does: each column as wide as its longest label (about
+    0.52 em per character, measured on this figure's font) plus its line sample and spacing."""
+    for ncol in (4, 3, 2):
+        rows = -(-len(labels) // ncol)
+        columns = [labels[i:i + rows] for i in range(0, len(labels), rows)]
+        inches = sum(max(map(len, c)) * 0.52 * LEGEND_FONT / 72 + 0.7 for c in columns)
+        if inches <= 0.96 * width:
+            return ncol
+    return 1
 
 
 def length_command(models: list[tuple[str | None, str]], digits: list[int], samples: int, out: str | Path,
