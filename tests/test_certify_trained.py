@@ -12,6 +12,7 @@ import copy
 import dataclasses
 import itertools
 import json
+import random
 from fractions import Fraction
 
 import numpy as np
@@ -396,3 +397,16 @@ def test_the_sink_model_with_a_late_entropy_penalty_is_proven_exact_at_its_train
     assert (out["verdict"], out["accuracy_lower_bound"], out["accuracy"]) == ("PROVEN_EXACT", 1.0, 1.0)
     end = out["results"][-1]
     assert end.r == 6 and end.max_free_share < 0.01  # measured 2.4e-4
+
+
+def test_the_sink_and_the_penalty_prove_the_top_carry_and_the_end_at_10_digits():
+    """checkpoints/addition_coupled_sink_1l2h_pack6_100_entropy_late_seed2 (coupled-sink, six problems
+    per packed row, late entropy penalty; trained on 1-10 digits): at N = 10 the two answer positions
+    that stopped every earlier 1-10-digit model, the top carry c_10 and the final ``$``, are proven on
+    every configuration (bench/results/certify_trained/sink_pack6_entropy_late_seed2_n10.json; the
+    positions below are not all proven yet). Soundness on 1000 random pairs, on the model's own IDs."""
+    model, _, _ = load_checkpoint("checkpoints/addition_coupled_sink_1l2h_pack6_100_entropy_late_seed2", 10)
+    rng = random.Random(11)
+    pairs = [(rng.randrange(10**9, 10**10), rng.randrange(10**9, 10**10)) for _ in range(1000)]
+    out = assert_sound(model, 10, pairs, exhaustive=False, scheme="coupled-sink", positions=[10, 11])
+    assert [(r.r, r.unproven_mass, r.proven == r.configurations) for r in out["results"]] == [(10, 0, True), (11, 0, True)]
