@@ -158,7 +158,8 @@ def parser() -> OneLineParser:
     p.add_argument("--checkpoint", required=True,
                    help="run directory, checkpoint directory or weight file; or a registered name such as "
                         "'construction' (Theorem 5.1's model)")
-    p.add_argument("--digits", default="1-15", help="operand lengths: a range, a single length or a comma list with optional steps, e.g. 1-15, 6 or 1-10,20-100:10")
+    p.add_argument("--digits", default="1-15", help="operand lengths: a range, a single length or a comma list "
+                   "with optional steps, e.g. 1-15, 6 or 1-10,20-100:10")
     p.add_argument("--samples", type=int, default=1000, help="test examples per length")
     p.add_argument("--seed", type=non_negative_integer, default=DEFAULT_SEED, help="test-set seed (same additions for every model)")
     p.add_argument("--batch-size", type=int, default=500, help="most rows per forward pass (the test set is "
