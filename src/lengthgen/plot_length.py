@@ -170,9 +170,9 @@ def legend_columns(labels: list[str], width: float = FIG_WIDTH) -> int:
     """The most legend columns (at most 4) whose labels fit side by side in ``width`` inches, filled
     column by column as matplotlib does: each column as wide as its longest label (about
     0.52 em per character, measured on this figure's font) plus its line sample and spacing."""
+    if not labels:
+        return 1
     for ncol in (4, 3, 2):
-        if not labels:
-            break
         rows = -(-len(labels) // ncol)
         columns = [labels[i:i + rows] for i in range(0, len(labels), rows)]
         inches = sum(max(map(len, c)) * 0.52 * LEGEND_FONT / 72 + 0.7 for c in columns)
