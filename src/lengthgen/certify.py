@@ -35,6 +35,7 @@ from .data import COUPLED, DataError
 from .decode import DECISION_MARGIN
 from .evaluate import evaluate, load_for_eval
 from .positions import addition_ids
+from .proof.attack import AttackResult, UnsoundProof, attack
 from .proof.counterexamples import realize, wrong_positions
 from .proof.trained import Layout, PositionCertifier, PositionResult
 from .proof.trained_float import FloatFormat
@@ -107,22 +108,27 @@ def certify(model: torch.nn.Module, n: int, start: int, *, max_width: int = 2, m
 
 
 def find_counterexamples(model: torch.nn.Module, n: int, start: int, results: list[PositionResult], limit: int,
-                         seed: int = 0, dtype: str = "real", scheme: str = "coupled") -> list[dict[str, Any]]:
+                         seed: int = 0, dtype: str = "real", scheme: str = "coupled",
+                         attacks: list[AttackResult] = ()) -> list[dict[str, Any]]:
     """Up to ``limit`` operand pairs realizing unproven configurations that the model really gets
     wrong at that configuration's answer position (decided argmax; a float64 forward pass for the
-    real-arithmetic statement, else one in ``dtype``)."""
+    real-arithmetic statement, else one in ``dtype``): random realizations of each, then the pairs
+    that an adversarial search (``attacks``, :func:`lengthgen.proof.attack.attack`) found, each
+    checked by the same forward pass."""
     lay = addition_layout(n, start, scheme)
     rng = np.random.default_rng(seed)
+    searched = {x.r: x.wrong_pairs for x in attacks}
     found: list[dict[str, Any]] = []
+    seen: set = set()
     for res in results:
         budget = 4 * limit  # configurations tried per position
-        tried = [(cfg, realize(lay, res.window[0], *cfg, rng)) for cfg in res.failed[:budget] for _ in range(TRIES)]
-        if not tried:
+        pairs = [realize(lay, res.window[0], *cfg, rng) for cfg in res.failed[:budget] for _ in range(TRIES)]
+        pairs += searched.get(res.r, [])[:budget]
+        if not pairs:
             continue
-        verdicts = wrong_positions(model, [pair for _, pair in tried], start, dtype=forward_dtype(dtype), scheme=scheme)
-        seen = set()
-        for (cfg, (a, b)), wrong in zip(tried, verdicts):
-            key = (tuple(cfg[0]), tuple(cfg[1]), cfg[2])
+        verdicts = wrong_positions(model, pairs, start, dtype=forward_dtype(dtype), scheme=scheme)
+        for (a, b), wrong in zip(pairs, verdicts):
+            key = (res.r, window_key(lay, res, a, b))
             if res.r in wrong and key not in seen and len(found) < limit:
                 seen.add(key)
                 expected, predicted = wrong[res.r]
@@ -130,10 +136,40 @@ def find_counterexamples(model: torch.nn.Module, n: int, start: int, results: li
     return found
 
 
-def summarize(n: int, results: list[PositionResult], counterexamples: list[dict[str, Any]]) -> dict[str, Any]:
+def window_key(lay: Layout, res: PositionResult, a: str, b: str) -> tuple:
+    """The local configuration (window digits of a and b, carry into the window) of a pair, as one
+    counterexample per configuration is printed."""
+    lo, hi = res.window
+    da, db = [int(x) for x in a[::-1]], [int(x) for x in b[::-1]]
+    carry = int(int(a[len(a) - lo:] or "0") + int(b[len(b) - lo:] or "0") >= 10**lo) if lo else 0
+    return tuple(da[lo:hi + 1]), tuple(db[lo:hi + 1]), carry
+
+
+def attack_positions(model: torch.nn.Module, n: int, start: int, results: list[PositionResult], configurations: int,
+                     dtype: str = "real", scheme: str = "coupled", progress: bool = False) -> list[AttackResult]:
+    """The adversarial search of :mod:`lengthgen.proof.attack` at every answer position: inside its
+    first ``configurations`` unproven configurations (worst first), and from as many random pairs
+    with every digit free, each of whose end points is held to the proof (``UnsoundProof`` if a
+    proven configuration holds a smaller margin than was proven)."""
+    if configurations <= 0:
+        return []
+    lay = addition_layout(n, start, scheme)
+    if progress:
+        from tqdm import tqdm
+
+        results = tqdm(results, desc="adversarial search", unit="position", file=sys.stderr, dynamic_ncols=True)
+    return [attack(model, lay, res, scheme, configurations, seed=res.r, margin_limit=DECISION_MARGIN,
+                   dtype=forward_dtype(dtype)) for res in results]
+
+
+def summarize(n: int, results: list[PositionResult], counterexamples: list[dict[str, Any]],
+              attacks: list[AttackResult] = ()) -> dict[str, Any]:
     unproven = sum((r.unproven_mass for r in results), Fraction(0))
     bound = max(Fraction(0), 1 - unproven)
     verdict = "PROVEN_EXACT" if unproven == 0 else ("VACUOUS" if bound == 0 else "LOWER_BOUND")
+    searched = {x.r: {"configurations": x.searched, "min_margin": None if math.isinf(x.min_margin) else x.min_margin,
+                      "worst_pair": x.worst_pair and list(x.worst_pair), "global_min_margin": x.global_min_margin,
+                      "global_worst_pair": list(x.global_worst_pair)} for x in attacks}
     return {
         "digits": n, "verdict": verdict, "accuracy_lower_bound": float_below(bound),
         "configurations_proven": sum(r.proven for r in results),
@@ -142,7 +178,8 @@ def summarize(n: int, results: list[PositionResult], counterexamples: list[dict[
         "positions": [{"answer_position": r.r, "window": list(r.window), "configurations": r.configurations,
                        "proven": r.proven, "unproven_mass": float(r.unproven_mass),
                        "max_free_share": r.max_free_share,
-                       "min_margin": None if math.isinf(r.min_margin) else r.min_margin} for r in results],
+                       "min_margin": None if math.isinf(r.min_margin) else r.min_margin,
+                       "attack": searched.get(r.r)} for r in results],
     }
 
 
@@ -159,6 +196,18 @@ def format_report(desc: dict[str, Any], out: dict[str, Any]) -> str:
             lines.append(f"  answer position {p['answer_position']} (window significances {p['window'][0]}..{p['window'][1]}): "
                          f"{p['configurations'] - p['proven']}/{p['configurations']} unproven, mass {p['unproven_mass']:.3g}, "
                          f"attention share outside the window ≤ {p['max_free_share']:.3g}")
+            if p.get("attack") and p["attack"]["configurations"]:
+                x = p["attack"]
+                lines.append(f"    adversarial search inside {x['configurations']} of them: smallest answer margin "
+                             f"{x['min_margin']:.3g}, at {x['worst_pair'][0]} + {x['worst_pair'][1]}")
+    attacked = [p for p in out["positions"] if p.get("attack")]
+    if attacked:
+        low = min(attacked, key=lambda p: p["attack"]["global_min_margin"])
+        x = low["attack"]
+        lines.append(f"adversarial search from random pairs, every digit free: smallest answer margin "
+                     f"{x['global_min_margin']:.3g} (answer position {low['answer_position']}, "
+                     f"{x['global_worst_pair'][0]} + {x['global_worst_pair'][1]}); a margin at most {DECISION_MARGIN:g} "
+                     "is a wrong answer, and every proven configuration reached kept its proven margin")
     for c in out["counterexamples"]:
         lines.append(f"  counterexample: {c['a']} + {c['b']}, answer position {c['answer_position']}: "
                      f"expected {c['expected']}, predicted {c['predicted']}")
@@ -189,6 +238,12 @@ def parser() -> OneLineParser:
                    help="after attention: plain intervals, then affine forms on what they leave unproven (both, "
                    "the default); or only one of the two")
     p.add_argument("--counterexamples", type=int, default=10, help="most counterexamples to print")
+    p.add_argument("--attack", type=int, default=0, metavar="K",
+                   help="also search for pairs the model gets wrong: at each answer position, a greedy descent "
+                   "of the answer's logit margin from K random pairs (every digit free) and inside its K worst "
+                   "unproven configurations (the digits outside the window free); every end point in a proven "
+                   "configuration is checked against the proof (a few seconds per position at 10 digits; off by "
+                   "default)")
     p.add_argument("--json", action="store_true", help="print one JSON object (verdict, bound, counterexamples, ...)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--device", type=torch_device, default="cpu",
@@ -207,9 +262,10 @@ def _main(argv: list[str] | None) -> int:
     args = parser().parse_args(argv)
     t0 = time.perf_counter()
     try:
-        if args.digits < 1 or args.samples < 0 or args.max_width < 1 or args.threads < 1 or args.counterexamples < 0:
-            raise DataError("--digits, --max-width and --threads must be at least 1; --samples and "
-                            "--counterexamples at least 0")
+        if args.digits < 1 or args.samples < 0 or args.max_width < 1 or args.threads < 1 or args.counterexamples < 0 \
+                or args.attack < 0:
+            raise DataError("--digits, --max-width and --threads must be at least 1; --samples, "
+                            "--counterexamples and --attack at least 0")
         if args.widen_to is not None and args.widen_to < args.max_width:
             raise DataError(f"--widen-to {args.widen_to} is below --max-width {args.max_width}: it is the widest "
                             "window to try, so at least the starting one")
@@ -228,16 +284,18 @@ def _main(argv: list[str] | None) -> int:
         progress = sys.stderr.isatty() and not args.no_progress
         results = certify(model, args.digits, start, max_width=args.max_width, progress=progress, tail=args.tail,
                           widen_to=args.widen_to, dtype=args.dtype, scheme=scheme)
+        attacks = attack_positions(model, args.digits, start, results, args.attack, dtype=args.dtype, scheme=scheme,
+                                   progress=progress)
         examples = find_counterexamples(model, args.digits, start, results, args.counterexamples, dtype=args.dtype,
-                                        scheme=scheme)
+                                        scheme=scheme, attacks=attacks)
         out = {"checkpoint": desc["name"], "scheme": scheme, "start": start, "dtype": args.dtype,
-               **summarize(args.digits, results, examples)}
+               **summarize(args.digits, results, examples, attacks)}
         if args.samples:
             row = evaluate(model, scheme, [args.digits], args.samples, task="addition")[0]
             out.update(sampled_accuracy=row["exact_match"], samples=args.samples)
         else:
             out["sampled_accuracy"] = None
-    except (DataError, RunError, StructureError, ValueError) as exc:
+    except (DataError, RunError, StructureError, ValueError, UnsoundProof) as exc:
         return fail(PROG, str(exc))
     out["seconds"] = round(time.perf_counter() - t0, 2)
     print(json.dumps(out, indent=1) if args.json else format_report(desc, out))
