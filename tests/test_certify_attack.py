@@ -12,7 +12,6 @@ import json
 
 import numpy as np
 import pytest
-import torch
 
 from lengthgen import certify as cli
 from lengthgen.decode import DECISION_MARGIN
