@@ -15,6 +15,7 @@ import pytest
 
 from lengthgen import certify as cli
 from lengthgen.decode import DECISION_MARGIN
+from lengthgen.evaluate import main as evaluate_main
 from lengthgen.proof.attack import MarginOracle, UnsoundProof, as_strings, attack, carries_into, configuration_of, \
     descend, random_pairs
 from lengthgen.proof.counterexamples import realize, wrong_positions
@@ -145,6 +146,10 @@ def test_cli_attack_json_and_report(tmp_path, capsys):
         assert (x["min_margin"] is None) == (x["configurations"] == 0)
         assert len(x["global_worst_pair"]) == 2
     assert any(p["attack"]["global_min_margin"] <= DECISION_MARGIN for p in out["positions"])
+    first = out["counterexamples"][0]
+    assert out["reproduce"] == (f"python -m lengthgen.evaluate --checkpoint {tmp_path / 'planted'} --a {first['a']} "
+                                f"--b {first['b']}")
+    assert evaluate_main(out["reproduce"].split()[3:]) == 1  # the printed command: the model really is wrong there
     assert cli.main(argv) == 0
     assert "adversarial search from random pairs, every digit free: smallest answer margin" in capsys.readouterr().out
 

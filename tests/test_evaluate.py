@@ -15,7 +15,8 @@ import torch
 from constructions.addition.export import export
 from lengthgen.data import eval_batch
 from lengthgen.decode import greedy_generate
-from lengthgen.evaluate import bytes_per_row, evaluate, load_for_eval, main, rows_per_batch, score_batch
+from lengthgen.data import batch_from_operands
+from lengthgen.evaluate import add_once, bytes_per_row, evaluate, load_for_eval, main, rows_per_batch, score_batch
 from lengthgen.runs import CHECKPOINT_GROUP, load_trained, registered_checkpoints
 from lengthgen.train import TrainConfig, train
 
@@ -202,3 +203,53 @@ def test_the_generic_library_imports_no_construction():
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
     res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0 and res.stdout.strip() == "[]", res.stdout + res.stderr
+
+
+def test_one_addition_is_decoded_greedily_against_python(construction, capsys):
+    """--a/--b: the construction gets a 12-digit carry chain right (exit 0); the seed-1 model of the
+    late-penalty recipe gets the certificate's counterexample 54004 + 56406 = 110410 wrong at answer
+    position 4 (writes 0 for the top digit 1; exit 1); the JSON names every differing position."""
+    assert main(["--checkpoint", construction, "--a", "999999999999", "--b", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["sum"] == str(999999999999 + 1) and out["right"] and out["written"] == "0" * 12 + "1$"
+    ckpt = str(ROOT / "checkpoints" / "addition_coupled_1l2h_packed_entropy_001_late_seed1")
+    assert main(["--checkpoint", ckpt, "--a", "54004", "--b", "56406", "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["sum"] == "110410" and not out["right"]
+    assert out["wrong_positions"] == [{"answer_position": 4, "expected": "1", "written": "0"}]
+    assert main(["--checkpoint", ckpt, "--a", "54004", "--b", "56406"]) == 1
+    assert "answer position 4: expected 1, wrote 0" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["addition_nope_1l2h", "addition_ape_1l2h", "addition_coupled_sink_1l2h_packed_50"])
+def test_one_addition_agrees_with_teacher_forced_exact_match(name):
+    """Greedy decoding of one addition at a time is right exactly where the teacher-forced batch
+    score is, for a model without IDs (NoPE), with absolute ones and with coupled-sink ones."""
+    model, desc = load_for_eval(str(ROOT / "checkpoints" / name), 4)
+    rng = np.random.default_rng(7)
+    greedy, teacher = [], []
+    for n in (1, 2, 3, 4):  # one layout per batch: one length at a time
+        lo = 10 ** (n - 1) if n > 1 else 0
+        pairs = [(int(rng.integers(lo, 10**n)), int(rng.integers(lo, 10**n))) for _ in range(12)]
+        batch = batch_from_operands(pairs, desc["positions"])
+        tokens, pos, _ = batch.to_torch(model.device)
+        teacher += [bool(x) for x in score_batch(model, tokens, pos, int(np.argmax(batch.loss_mask[0])))[0]]
+        greedy += [add_once(model, desc["positions"], str(a), str(b))["right"] for a, b in pairs]
+    assert greedy == teacher
+    assert name.startswith("addition_coupled") or 0 < sum(greedy) < len(greedy)  # both outcomes occur (measured)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--a", "12x", "--b", "4"], "--a '12x': expected decimal digits 0-9"),
+    (["--a", "12"], "--a and --b go together"),
+    (["--a", "1" * 13, "--b", "1"], "do not fit the position table"),
+])
+def test_one_addition_bad_input(construction, argv, message, capsys):
+    assert main(["--checkpoint", construction] + argv) == 2
+    assert message in one_error_line(capsys)
+
+
+def test_one_addition_refuses_another_task(capsys):
+    assert main(["--checkpoint", str(ROOT / "checkpoints" / "multiplication_nx2_coupled_2l4h"), "--a", "12",
+                 "--b", "3"]) == 2
+    assert "decode one addition" in one_error_line(capsys)

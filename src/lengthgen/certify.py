@@ -211,6 +211,8 @@ def format_report(desc: dict[str, Any], out: dict[str, Any]) -> str:
     for c in out["counterexamples"]:
         lines.append(f"  counterexample: {c['a']} + {c['b']}, answer position {c['answer_position']}: "
                      f"expected {c['expected']}, predicted {c['predicted']}")
+    if out.get("reproduce"):
+        lines.append(f"  greedy check of the first: {out['reproduce']}")
     if out.get("sampled_accuracy") is not None:
         lines.append(f"sampled exact match ({out['samples']} samples, lengthgen.evaluate): {out['sampled_accuracy']:.4f}")
     lines.append(f"seconds: {out['seconds']:.1f}")
@@ -290,6 +292,9 @@ def _main(argv: list[str] | None) -> int:
                                         scheme=scheme, attacks=attacks)
         out = {"checkpoint": desc["name"], "scheme": scheme, "start": start, "dtype": args.dtype,
                **summarize(args.digits, results, examples, attacks)}
+        if examples:
+            out["reproduce"] = (f"python -m lengthgen.evaluate --checkpoint {args.checkpoint} --a {examples[0]['a']} "
+                                f"--b {examples[0]['b']}")
         if args.samples:
             row = evaluate(model, scheme, [args.digits], args.samples, task="addition")[0]
             out.update(sampled_accuracy=row["exact_match"], samples=args.samples)

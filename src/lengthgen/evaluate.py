@@ -2,6 +2,11 @@
 
     python -m lengthgen.evaluate --checkpoint runs/NAME --digits 1-15 --samples 1000 [--json]
     python -m lengthgen.evaluate --checkpoint construction --digits 1-20
+    python -m lengthgen.evaluate --checkpoint runs/NAME --a 54004 --b 56406   # one addition, greedy
+
+With ``--a``/``--b`` (addition checkpoints) it decodes one addition greedily and compares the sum
+with Python's ``a + b`` (exit 0 right, 1 wrong): how a counterexample printed by
+``python -m lengthgen.certify`` is reproduced.
 
 Definitions (docs/training.md, "Evaluation"): one forward pass over the whole sequence; the
 predictions at the token before the answer and at every answer token are compared with the next
@@ -32,10 +37,11 @@ import torch
 
 from . import task_batches
 from .cli import non_negative_integer, run_cli, torch_device
-from .data import DataError, parse_digit_list
-from .decode import decided_argmax
+from .data import DataError, batch_from_operands, parse_digit_list
+from .decode import UNDECIDED, decided_argmax, greedy_generate_batch
 from .model import DENSE_ENTRIES_LIMIT, Transformer
 from .runs import OneLineParser, RunError, fail, load_checkpoint, write_json
+from .tasks import get_task
 
 PROG = "python -m lengthgen.evaluate"
 DEFAULT_SEED = 999  # the authors' evaluation seed
@@ -142,6 +148,37 @@ def mean_attention(model: Transformer, positions: str, n: int, samples: int, *, 
     return (total / samples).cpu().numpy(), first
 
 
+@torch.inference_mode()
+def add_once(model: Transformer, scheme: str, a: str, b: str) -> dict[str, Any]:
+    """Greedy decoding of the single addition ``a + b`` (decimal strings; the shorter operand
+    zero-padded to the longer one's length n, as in training) with the IDs of ``scheme``, against
+    Python's ``int(a) + int(b)``: the sum, the tokens written (the n + 1 sum digits reversed, then
+    ``$``; an undecided step is written ``?`` and ends the answer) and every answer position where
+    they differ."""
+    n = max(len(a), len(b))
+    batch = batch_from_operands([(int(a), int(b))], scheme)
+    tokens, pos, _ = batch.to_torch(model.device)
+    eq = int(np.argmax(batch.loss_mask[0]))  # the '=' token, whose prediction is the first answer token
+    row = greedy_generate_batch(model, tokens[:, :eq + 1], None if pos is None else pos[:, :eq + 1],
+                                None if pos is None else pos[:, eq + 1:-1], max_new_tokens=n + 2,
+                                stop_token=get_task("addition").EOS)[0]
+    written = "".join("?" if t == UNDECIDED else get_task("addition").decode([t]) for t in row)
+    total = int(a) + int(b)
+    want = str(total).zfill(n + 1)[::-1] + "$"
+    wrong = [{"answer_position": i, "expected": want[i], "written": written[i:i + 1]}
+             for i in range(len(want)) if written[i:i + 1] != want[i]]
+    return {"a": a, "b": b, "sum": str(total), "written": written, "right": not wrong, "wrong_positions": wrong}
+
+
+def format_addition(out: dict[str, Any]) -> str:
+    lines = [f"{out['a']} + {out['b']} = {out['sum']} (Python)",
+             f"the model writes {out['written']} (greedy; the sum's digits lowest first, then $): "
+             + ("right" if out["right"] else "wrong")]
+    lines += [f"  answer position {w['answer_position']}: expected {w['expected']}, wrote {w['written'] or 'nothing'}"
+              for w in out["wrong_positions"]]
+    return "\n".join(lines)
+
+
 def format_table(desc: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     trained = f", trained on {desc['train_digits']} digits" if desc.get("train_digits") else ""
     lines = [f"{desc['name']} ({desc.get('task', 'addition')}, {desc['positions']} positions{trained}); "
@@ -161,6 +198,9 @@ def parser() -> OneLineParser:
     p.add_argument("--digits", default="1-15", help="operand lengths: a range, a single length or a comma list "
                    "with optional steps, e.g. 1-15, 6 or 1-10,20-100:10")
     p.add_argument("--samples", type=int, default=1000, help="test examples per length")
+    p.add_argument("--a", help="with --b: decode this one addition greedily instead and check it against Python's "
+                   "a + b (addition checkpoints; exit 1 when wrong)")
+    p.add_argument("--b", help="the second operand of --a")
     p.add_argument("--seed", type=non_negative_integer, default=DEFAULT_SEED, help="test-set seed (same additions for every model)")
     p.add_argument("--batch-size", type=int, default=500, help="most rows per forward pass (the test set is "
                    "drawn in batches of this size, or fewer where --max-memory requires)")
@@ -193,6 +233,8 @@ def _main(argv: list[str] | None) -> int:
         if args.device.startswith("cuda") and not torch.cuda.is_available():
             raise RunError("--device cuda, but CUDA is not available")
         torch.set_num_threads(args.threads)
+        if args.a is not None or args.b is not None:
+            return one_addition(args)
         model, desc = load_for_eval(args.checkpoint, lengths[-1], device=args.device)
         rows = evaluate(model, desc["positions"], lengths, args.samples, task=desc["task"],
                         seed=args.seed, batch_size=args.batch_size, max_memory=args.max_memory << 20,
@@ -206,6 +248,23 @@ def _main(argv: list[str] | None) -> int:
         return fail(PROG, f"cannot write --out {args.out}: {exc.strerror or exc}")
     print(json.dumps(result, indent=1) if args.json else format_table(desc, rows))
     return 0
+
+
+def one_addition(args) -> int:
+    """``--a``/``--b``: one addition, greedy (exit 0 right, 1 wrong)."""
+    if args.a is None or args.b is None:
+        raise DataError("--a and --b go together: give both operands")
+    for name, value in (("--a", args.a), ("--b", args.b)):
+        if not value.isascii() or not value.isdigit():
+            raise DataError(f"{name} {value!r}: expected decimal digits 0-9")
+    model, desc = load_for_eval(args.checkpoint, max(len(args.a), len(args.b)), device=args.device)
+    if desc["task"] != "addition":
+        raise DataError(f"--a/--b decode one addition; {args.checkpoint} is a {desc['task']} checkpoint")
+    table = model.cfg.n_ctx if model.cfg.positional == "learned" else 1
+    task_batches.check_digits("addition", desc["positions"], table, max(len(args.a), len(args.b)), str(args.checkpoint))
+    out = {**desc, **add_once(model, desc["positions"], args.a, args.b)}
+    print(json.dumps(out, indent=1) if args.json else format_addition(out))
+    return 0 if out["right"] else 1
 
 
 if __name__ == "__main__":
