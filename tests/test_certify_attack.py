@@ -16,8 +16,8 @@ import pytest
 from lengthgen import certify as cli
 from lengthgen.decode import DECISION_MARGIN
 from lengthgen.evaluate import main as evaluate_main
-from lengthgen.proof.attack import MarginOracle, UnsoundProof, as_strings, attack, carries_into, configuration_of, \
-    descend, random_pairs
+from lengthgen.proof.attack import MarginOracle, UnsoundProof, as_strings, attack, attack_answer, carries_into, \
+    configuration_of, descend, random_pairs
 from lengthgen.proof.counterexamples import realize, wrong_positions
 from lengthgen.runs import checkpoint_notes, load_checkpoint, with_notes, write_checkpoint
 from tests.cli_checks import assert_one_line_error
@@ -196,3 +196,41 @@ def test_a_sweep_that_lowers_nothing_ends_the_descent():
     oracle = StubOracle(6, 0, np.zeros(4, dtype=np.int64), flat=True)
     descend(oracle, a, b, 0, 2, 5, rng)
     assert oracle.calls == 1 + 2 * 4  # the start, then one sweep over 2 operands × 4 free digits
+
+
+def test_the_whole_answer_search_finds_errors_without_a_proof(sink50):
+    """attack_answer (no certificate): 10 random 10-digit pairs descended on the smallest margin
+    over every answer position end at pairs the model answers wrong (measured: 6 of 10), each
+    wrong when decoded greedily against Python's a + b; the worst position it names is one where
+    the per-position margin is that smallest one."""
+    model, lay, _ = sink50
+    out = attack_answer(model, lay, SCHEME, 10, sweeps=2)
+    assert out.wrong_pairs and out.min_margin <= DECISION_MARGIN
+    for a, b in out.wrong_pairs:
+        assert wrong_digits(model, int(a), int(b), SCHEME), (a, b)
+    oracle = MarginOracle(model, lay, None, SCHEME)
+    da, db = (np.array([[int(x) for x in s[::-1]]]) for s in out.worst_pair)
+    per_position = oracle.position_margins(da, db)[0]
+    assert per_position.shape == (12,) and per_position[out.worst_position] == per_position.min()
+    assert per_position.min() == pytest.approx(out.min_margin, abs=1e-9)  # one row alone: other float blocking
+
+
+def test_whole_answer_margins_are_the_smallest_of_the_single_position_ones(sink50):
+    model, lay, _ = sink50
+    a, b = random_pairs(lay, 8, np.random.default_rng(6))
+    whole = MarginOracle(model, lay, None, SCHEME).position_margins(a, b)
+    single = np.stack([MarginOracle(model, lay, r, SCHEME).margins(a, b) for r in range(12)], axis=1)
+    assert np.allclose(whole, single, rtol=0, atol=1e-9)
+
+
+def test_cli_no_proof(capsys):
+    argv = ["--checkpoint", SINK50, "--digits", "10", "--no-proof", "--attack", "6", "--json", "--counterexamples", "2"]
+    assert cli.main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["verdict"] is None and out["digits"] == 10
+    assert set(out["attack"]) == {"starts", "min_margin", "worst_pair", "worst_position", "wrong_pairs"}
+    assert out["attack"]["wrong_pairs"] >= 1 and 1 <= len(out["counterexamples"]) <= 2
+    assert evaluate_main(out["reproduce"].split()[3:]) == 1
+    capsys.readouterr()
+    assert_one_line_error(cli.main, ["--checkpoint", SINK50, "--digits", "10", "--no-proof"], cli.PROG,
+                          "--no-proof runs only the adversarial search: give --attack K", capsys)

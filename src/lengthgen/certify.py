@@ -35,7 +35,7 @@ from .data import COUPLED, DataError
 from .decode import DECISION_MARGIN
 from .evaluate import evaluate, load_for_eval
 from .positions import addition_ids
-from .proof.attack import AttackResult, UnsoundProof, attack
+from .proof.attack import AttackResult, UnsoundProof, attack, attack_answer
 from .proof.counterexamples import realize, wrong_positions
 from .proof.trained import Layout, PositionCertifier, PositionResult
 from .proof.trained_float import FloatFormat
@@ -219,6 +219,46 @@ def format_report(desc: dict[str, Any], out: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def search_only(model: torch.nn.Module, args, name: str, scheme: str, start: int, progress: bool) -> dict[str, Any]:
+    """``--no-proof``: :func:`lengthgen.proof.attack.attack_answer` from ``--attack`` random pairs,
+    its wrong pairs confirmed by the forward pass of :func:`wrong_positions`."""
+    lay = addition_layout(args.digits, start, scheme)
+    found = attack_answer(model, lay, scheme, args.attack, margin_limit=DECISION_MARGIN,
+                          dtype=forward_dtype(args.dtype), progress=progress)
+    examples = []
+    pairs = found.wrong_pairs[:args.counterexamples]
+    for (a, b), wrong in zip(pairs, wrong_positions(model, pairs, start, dtype=forward_dtype(args.dtype),
+                                                    scheme=scheme) if pairs else []):
+        for r, (expected, predicted) in sorted(wrong.items())[:1]:
+            examples.append({"a": a, "b": b, "answer_position": r, "expected": expected, "predicted": predicted})
+    out = {"checkpoint": name, "scheme": scheme, "start": start, "dtype": args.dtype, "digits": args.digits,
+           "verdict": None, "attack": {"starts": found.starts, "min_margin": found.min_margin,
+                                        "worst_pair": list(found.worst_pair), "worst_position": found.worst_position,
+                                        "wrong_pairs": len(found.wrong_pairs)},
+           "counterexamples": examples}
+    if examples:
+        out["reproduce"] = (f"python -m lengthgen.evaluate --checkpoint {args.checkpoint} --a {examples[0]['a']} "
+                            f"--b {examples[0]['b']}")
+    return out
+
+
+def format_search(out: dict[str, Any]) -> str:
+    x = out["attack"]
+    lines = [f"{out['checkpoint']} (addition, {out['scheme']} positions, start {out['start']}), {out['digits']}-digit "
+             "operands: adversarial search only, no proof",
+             f"{x['starts']} random pairs descended on the smallest answer margin over every answer position: "
+             f"smallest {x['min_margin']:.4g} at answer position {x['worst_position']} "
+             f"({x['worst_pair'][0]} + {x['worst_pair'][1]}); {x['wrong_pairs']} of them end answered wrong "
+             f"(margin at most {DECISION_MARGIN:g})"]
+    for c in out["counterexamples"]:
+        lines.append(f"  counterexample: {c['a']} + {c['b']}, answer position {c['answer_position']}: "
+                     f"expected {c['expected']}, predicted {c['predicted']}")
+    if out.get("reproduce"):
+        lines.append(f"  greedy check of the first: {out['reproduce']}")
+    lines.append(f"seconds: {out['seconds']:.1f}")
+    return "\n".join(lines)
+
+
 def parser() -> OneLineParser:
     p = OneLineParser(prog=PROG, description="Proven lower bound on the exact match of a 1-layer coupled addition "
                       "checkpoint, for every N-digit input (docs/certificate.md, \"Trained models\").")
@@ -246,6 +286,10 @@ def parser() -> OneLineParser:
                    "unproven configurations (the digits outside the window free); every end point in a proven "
                    "configuration is checked against the proof (a few seconds per position at 10 digits; off by "
                    "default)")
+    p.add_argument("--no-proof", action="store_true",
+                   help="skip the proof and only search (with --attack K): K random pairs, each descended on the "
+                   "smallest margin over the whole answer; finds counterexamples at lengths the proof is too slow "
+                   "for, and proves nothing")
     p.add_argument("--json", action="store_true", help="print one JSON object (verdict, bound, counterexamples, ...)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--device", type=torch_device, default="cpu",
@@ -284,6 +328,13 @@ def _main(argv: list[str] | None) -> int:
                             "or --dtype real")
         start = task_batches.EVAL_STARTS["addition"]
         progress = sys.stderr.isatty() and not args.no_progress
+        if args.no_proof:
+            if args.attack < 1:
+                raise DataError("--no-proof runs only the adversarial search: give --attack K with K at least 1")
+            out = search_only(model, args, desc["name"], scheme, start, progress)
+            out["seconds"] = round(time.perf_counter() - t0, 2)
+            print(json.dumps(out, indent=1) if args.json else format_search(out))
+            return 0
         results = certify(model, args.digits, start, max_width=args.max_width, progress=progress, tail=args.tail,
                           widen_to=args.widen_to, dtype=args.dtype, scheme=scheme)
         attacks = attack_positions(model, args.digits, start, results, args.attack, dtype=args.dtype, scheme=scheme,

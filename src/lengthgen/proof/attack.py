@@ -25,6 +25,7 @@ not the model, is what is left; it says nothing about configurations it did not 
 from __future__ import annotations
 
 import copy
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,7 +36,7 @@ from ..tasks import ADDITION
 from .counterexamples import realize
 from .trained import Layout, PositionResult
 
-CHUNK = 512  # candidate rows per forward pass
+TOKENS_PER_CHUNK = 1 << 15  # tokens per forward pass (rows × sequence length)
 
 
 @dataclass
@@ -64,29 +65,38 @@ def as_strings(a: np.ndarray, b: np.ndarray) -> tuple[str, str]:
 
 
 class MarginOracle:
-    """Teacher-forced margins of one model at one answer position r of n-digit addition."""
+    """Teacher-forced margins of one model on n-digit addition: at answer position ``r``, or, with
+    ``r=None``, the smallest over every answer position (one forward pass over the whole answer)."""
 
-    def __init__(self, model: torch.nn.Module, lay: Layout, r: int, scheme: str, dtype: torch.dtype = torch.float64):
+    def __init__(self, model: torch.nn.Module, lay: Layout, r: int | None, scheme: str,
+                 dtype: torch.dtype = torch.float64):
         self.model = copy.deepcopy(model).to(dtype).eval()
         self.lay, self.r = lay, r
         prompt = ADDITION.instance("0" * lay.n, "0" * lay.n, start=lay.s).prompt_len
-        self.length = prompt + r  # tokens up to and including the query of answer position r
+        self.first = prompt - 1 if r is None else prompt - 1 + r  # the first query scored
+        self.length = prompt + (lay.n + 1 if r is None else r)  # tokens fed: up to the last query scored
         self.pos = torch.as_tensor(addition_ids(scheme, lay.n, lay.s)[:self.length], device=self.model.device)
 
     @torch.inference_mode()
-    def margins(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """[K] margins of the pairs a[K, n], b[K, n] (digits indexed by significance)."""
+    def position_margins(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """[K, P] margins of the pairs a[K, n], b[K, n] (digits indexed by significance) at each
+        answer position scored (P = 1 for one r, N + 2 for all)."""
         out = []
-        for i in range(0, len(a), CHUNK):
-            insts = [ADDITION.instance(*as_strings(x, y), start=self.lay.s) for x, y in zip(a[i:i + CHUNK], b[i:i + CHUNK])]
+        rows = max(1, TOKENS_PER_CHUNK // self.length)
+        for i in range(0, len(a), rows):
+            insts = [ADDITION.instance(*as_strings(x, y), start=self.lay.s) for x, y in zip(a[i:i + rows], b[i:i + rows])]
             tokens = torch.as_tensor(np.stack([t.tokens for t in insts]), device=self.model.device)
             logits = self.model(tokens[:, :self.length], self.pos[None].expand(len(insts), -1),
-                                logits_from=self.length - 1)[:, -1].double()
-            target = tokens[:, self.length]
-            right = logits.gather(1, target[:, None])[:, 0]
-            others = logits.scatter(1, target[:, None], -torch.inf).max(dim=1).values
+                                logits_from=self.first).double()
+            target = tokens[:, self.first + 1:self.length + 1, None]
+            right = logits.gather(2, target)[..., 0]
+            others = logits.scatter(2, target, -torch.inf).max(dim=2).values
             out.append((right - others).cpu().numpy())
-        return np.concatenate(out) if out else np.zeros(0)
+        return np.concatenate(out) if out else np.zeros((0, 1))
+
+    def margins(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """[K] the smallest margin of each pair over the answer positions scored."""
+        return self.position_margins(a, b).min(axis=1)
 
 
 def carries_into(a: np.ndarray, b: np.ndarray, lo: int) -> np.ndarray:
@@ -98,18 +108,28 @@ def carries_into(a: np.ndarray, b: np.ndarray, lo: int) -> np.ndarray:
 
 
 def descend(oracle: MarginOracle, a: np.ndarray, b: np.ndarray, lo: int, width: int, sweeps: int,
-            rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            rng: np.random.Generator, progress: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Greedy coordinate descent of the margin from the pairs a[K, n], b[K, n] over the digits
     outside significances lo … lo + width − 1, the carry into lo held fixed. Returns the final
-    pairs and their margins; a sweep that lowers no row's margin ends the search."""
+    pairs and their margins; a sweep that lowers no row's margin ends the search (``progress``:
+    a bar over the digits visited, on stderr)."""
     n = oracle.lay.n
     a, b = a.copy(), b.copy()
     carry = carries_into(a, b, lo)
     current = oracle.margins(a, b)
     free = [j for j in range(n) if not lo <= j < lo + width]
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=sweeps * 2 * len(free), desc="adversarial search", unit="digit", file=sys.stderr,
+                   dynamic_ncols=True)
     for _ in range(sweeps):
         moved = False
         for operand, j in rng.permutation([(op, j) for op in range(2) for j in free]):
+            if bar is not None:
+                bar.update()
+                bar.set_postfix(margin=f"{current.min():.3g}", refresh=False)
             values = oracle.lay.digit_set(int(j))
             cand_a = np.repeat(a[:, None], len(values), axis=1)  # [K, V, n]
             cand_b = np.repeat(b[:, None], len(values), axis=1)
@@ -129,6 +149,8 @@ def descend(oracle: MarginOracle, a: np.ndarray, b: np.ndarray, lo: int, width: 
                 current[rows] = m[rows, best[rows]]
         if not moved:
             break
+    if bar is not None:
+        bar.close()
     return a, b, current
 
 
@@ -198,3 +220,32 @@ def attack(model: torch.nn.Module, lay: Layout, res: PositionResult, scheme: str
     wrong |= {as_strings(a[j], b[j]) for j in np.flatnonzero(m <= margin_limit)}
     return AttackResult(res.r, len(chosen), min_margin, worst, float(m[i]) if i is not None else np.inf,
                         as_strings(a[i], b[i]) if i is not None else None, sorted(wrong))
+
+
+@dataclass
+class AnswerAttack:
+    """The search over whole answers (every answer position at once, no proof needed): the
+    starts, the smallest margin reached, its pair and answer position, and the pairs answered
+    wrong."""
+
+    starts: int
+    min_margin: float
+    worst_pair: tuple[str, str]
+    worst_position: int
+    wrong_pairs: list[tuple[str, str]]
+
+
+def attack_answer(model: torch.nn.Module, lay: Layout, scheme: str, starts: int, sweeps: int = 3, seed: int = 0,
+                  margin_limit: float = 1e-3, dtype: torch.dtype = torch.float64,
+                  progress: bool = False) -> AnswerAttack:
+    """:func:`descend` of the smallest margin over every answer position from ``starts`` random
+    pairs, every digit free: for lengths the certificate is too slow for, a search for inputs
+    that random sampling misses. Finds counterexamples; proves nothing."""
+    rng = np.random.default_rng(seed)
+    oracle = MarginOracle(model, lay, None, scheme, dtype)
+    a, b = random_pairs(lay, starts, rng)
+    a, b, m = descend(oracle, a, b, 0, 0, sweeps, rng, progress)
+    i = int(np.argmin(m))
+    worst_position = int(np.argmin(oracle.position_margins(a[i:i + 1], b[i:i + 1])[0]))
+    wrong = sorted({as_strings(a[j], b[j]) for j in np.flatnonzero(m <= margin_limit)})
+    return AnswerAttack(starts, float(m[i]), as_strings(a[i], b[i]), worst_position, wrong)
