@@ -427,3 +427,24 @@ def test_the_sink_recipe_with_the_entropy_penalty_is_right_at_50_digits():
     additions against Python's a + b (at least 99%; measured 100%)."""
     model = load_sink("addition_coupled_sink_1l2h_pack6_100_entropy_late_seed2", 0, "1-10")
     assert greedy_addition_match(model, 50, scheme="coupled-sink") >= 0.99
+
+
+SEARCHED_100 = [  # (a, b, answer position wrong) found by `lengthgen.certify --no-proof --attack 8` on seed 0
+    ("1474777497747274754777749747970977777749747477409497997954497996499945749999949797997974953997729775",
+     "8474777447747474744977747977977979779747727297800449777495479774274849174744797479774799545777749774", 100),
+    ("7998448444444444494443948449444444444480444444494444448444494444444444444444004444444444444444444439",
+     "1890440444444444394444940439444444444408444444394444440444394444444444444444884444444444444444444449", 0),
+]
+
+
+@pytest.mark.parametrize("a, b, position", SEARCHED_100)
+def test_the_adversarial_search_breaks_the_model_that_sampling_calls_right(a, b, position):
+    """Seed 0 of the six-problem recipe under the paper's rule is right on 999 of 1000 sampled
+    100-digit additions, yet the adversarial search of lengthgen.certify (no proof, 8 descents)
+    ends every descent at a pair it answers wrong
+    (bench/results/certify_trained/attack_pack6_100_n100_no_proof.json): greedy decoding against
+    Python's a + b is wrong at the answer position the search named, the top carry or even the
+    units digit. The same seed with the sink is right on both (its own search found no error,
+    smallest margin 13.6)."""
+    assert position in wrong_digits(load_packed_six(0), int(a), int(b))
+    assert not wrong_digits(load_sink(SINK_100, 0, "1-10"), int(a), int(b), "coupled-sink")
