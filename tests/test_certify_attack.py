@@ -234,3 +234,15 @@ def test_cli_no_proof(capsys):
     capsys.readouterr()
     assert_one_line_error(cli.main, ["--checkpoint", SINK50, "--digits", "10", "--no-proof"], cli.PROG,
                           "--no-proof runs only the adversarial search: give --attack K", capsys)
+
+
+def test_counterexamples_include_the_searched_pairs(sink50):
+    """At position 9 the random realizations of the first 40 unproven configurations find no
+    wrong pair (measured); with the search's pairs added, find_counterexamples prints them, each
+    confirmed wrong there by its own forward pass."""
+    model, lay, res = sink50
+    assert cli.find_counterexamples(model, 10, START, [res], 10, scheme=SCHEME) == []
+    searched = attack(model, lay, res, SCHEME, 10, sweeps=2)
+    found = cli.find_counterexamples(model, 10, START, [res], 10, scheme=SCHEME, attacks=[searched])
+    assert found and {(c["a"], c["b"]) for c in found} <= set(searched.wrong_pairs)
+    assert all(c["answer_position"] == 9 for c in found)
