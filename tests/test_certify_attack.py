@@ -246,3 +246,24 @@ def test_counterexamples_include_the_searched_pairs(sink50):
     found = cli.find_counterexamples(model, 10, START, [res], 10, scheme=SCHEME, attacks=[searched])
     assert found and {(c["a"], c["b"]) for c in found} <= set(searched.wrong_pairs)
     assert all(c["answer_position"] == 9 for c in found)
+
+
+def test_the_random_starts_are_held_to_the_proof_too(sink50_position_1, monkeypatch):
+    """With a descent that always ends inside unproven configurations, only the check of the
+    random starts (which lie in proven ones) can catch a raised proven margin."""
+    import lengthgen.proof.attack as attack_module
+
+    model, lay, res = sink50_position_1
+    stuck = [realize(lay, res.window[0], *res.failed[0], np.random.default_rng(0))]
+    a = np.array([[int(x) for x in stuck[0][0][::-1]]])
+    b = np.array([[int(x) for x in stuck[0][1][::-1]]])
+
+    def into_unproven(oracle, a0, b0, *args, **kwargs):
+        k = len(a0)
+        return np.repeat(a, k, axis=0), np.repeat(b, k, axis=0), oracle.margins(np.repeat(a, k, axis=0),
+                                                                                 np.repeat(b, k, axis=0))
+
+    monkeypatch.setattr(attack_module, "descend", into_unproven)
+    attack(model, lay, res, SCHEME, 5)
+    with pytest.raises(UnsoundProof, match="proven with a margin of at least 30"):
+        attack(model, lay, dataclasses.replace(res, min_margin=30.0), SCHEME, 5)
