@@ -448,3 +448,17 @@ def test_the_adversarial_search_breaks_the_model_that_sampling_calls_right(a, b,
     smallest margin 13.6)."""
     assert position in wrong_digits(load_packed_six(0), int(a), int(b))
     assert not wrong_digits(load_sink(SINK_100, 0, "1-10"), int(a), int(b), "coupled-sink")
+
+
+def test_a_weaker_late_penalty_keeps_the_length_but_the_search_finds_an_error_at_10_digits():
+    """The six-problem sink recipe, seed 2, with --attn-entropy 0.003 from 75% of the steps:
+    lengthgen.evaluate measured 100% on 1000 10-digit additions and 99.7% at 100
+    (bench/results/addition_sink_pack6_entropy_0003_late_seed2_eval.json); here 300 other 100-digit
+    additions decoded greedily (at least 98%; measured 100%). Yet the adversarial search of its 10-digit
+    certificate found 6865000696 + 6841005366 = 13706006062 answered with 8 for the 7 at answer
+    position 8 (bench/results/certify_trained/attack_sink_pack6_entropy_0003_late_seed2_n10.json):
+    greedy decoding confirms it; the same seed without the penalty is right there."""
+    model = load_sink("addition_coupled_sink_1l2h_pack6_100_entropy_0003_late", 2, "1-10")
+    assert greedy_addition_match(model, 100, samples=300, scheme="coupled-sink") >= 0.98
+    assert wrong_digits(model, 6865000696, 6841005366, "coupled-sink") == {8: ("7", "8")}
+    assert not wrong_digits(load_sink(SINK_100, 2, "1-10"), 6865000696, 6841005366, "coupled-sink")
