@@ -15,7 +15,9 @@ of the local configurations left unproven at each answer position (a union bound
 answer positions); PROVEN_EXACT when nothing is left. Unproven configurations are tried on the real
 model (float64 forward passes on operand pairs that realize them, float32 ones for the float32
 statement); the ones it really gets wrong are
-printed as counterexamples. How: :mod:`lengthgen.proof.trained`.
+printed as counterexamples. How: :mod:`lengthgen.proof.trained`. ``--attack K`` adds the adversarial
+search of :mod:`lengthgen.proof.attack` (and holds the starts and end points of its descents that lie in
+proven configurations to the proof); ``--no-proof --attack K`` runs only that search, over whole answers.
 """
 from __future__ import annotations
 
@@ -283,8 +285,8 @@ def parser() -> OneLineParser:
     p.add_argument("--attack", type=int, default=0, metavar="K",
                    help="also search for pairs the model gets wrong: at each answer position, a greedy descent "
                    "of the answer's logit margin from K random pairs (every digit free) and inside its K worst "
-                   "unproven configurations (the digits outside the window free); every end point in a proven "
-                   "configuration is checked against the proof (a few seconds per position at 10 digits; off by "
+                   "unproven configurations (the digits outside the window free); every start and end point in a "
+                   "proven configuration is checked against the proof (a few seconds per position at 10 digits; off by "
                    "default)")
     p.add_argument("--no-proof", action="store_true",
                    help="skip the proof and only search (with --attack K): K random pairs, each descended on the "
