@@ -37,7 +37,7 @@ from .data import COUPLED, DataError
 from .decode import DECISION_MARGIN
 from .evaluate import evaluate, load_for_eval
 from .positions import addition_ids
-from .proof.attack import AttackResult, UnsoundProof, attack, attack_answer
+from .proof.attack import AttackResult, UnsoundProof, attack, attack_answer, configuration_of, digits_of
 from .proof.counterexamples import realize, wrong_positions
 from .proof.trained import Layout, PositionCertifier, PositionResult
 from .proof.trained_float import FloatFormat
@@ -130,21 +130,12 @@ def find_counterexamples(model: torch.nn.Module, n: int, start: int, results: li
             continue
         verdicts = wrong_positions(model, pairs, start, dtype=forward_dtype(dtype), scheme=scheme)
         for (a, b), wrong in zip(pairs, verdicts):
-            key = (res.r, window_key(lay, res, a, b))
+            key = (res.r, configuration_of(digits_of(a), digits_of(b), *res.window))  # one per configuration
             if res.r in wrong and key not in seen and len(found) < limit:
                 seen.add(key)
                 expected, predicted = wrong[res.r]
                 found.append({"a": a, "b": b, "answer_position": res.r, "expected": expected, "predicted": predicted})
     return found
-
-
-def window_key(lay: Layout, res: PositionResult, a: str, b: str) -> tuple:
-    """The local configuration (window digits of a and b, carry into the window) of a pair, as one
-    counterexample per configuration is printed."""
-    lo, hi = res.window
-    da, db = [int(x) for x in a[::-1]], [int(x) for x in b[::-1]]
-    carry = int(int(a[len(a) - lo:] or "0") + int(b[len(b) - lo:] or "0") >= 10**lo) if lo else 0
-    return tuple(da[lo:hi + 1]), tuple(db[lo:hi + 1]), carry
 
 
 def attack_positions(model: torch.nn.Module, n: int, start: int, results: list[PositionResult], configurations: int,

@@ -59,6 +59,11 @@ class UnsoundProof(RuntimeError):
     """A pair the model gets wrong lies in a configuration the certificate proved."""
 
 
+def digits_of(operand: str) -> np.ndarray:
+    """An MSB-first operand string -> its digits indexed by significance (int64)."""
+    return np.array([int(x) for x in operand[::-1]], dtype=np.int64)
+
+
 def as_strings(a: np.ndarray, b: np.ndarray) -> tuple[str, str]:
     """Digit arrays indexed by significance -> MSB-first operand strings."""
     return "".join(str(int(x)) for x in a[::-1]), "".join(str(int(x)) for x in b[::-1])
@@ -206,8 +211,8 @@ def attack(model: torch.nn.Module, lay: Layout, res: PositionResult, scheme: str
     min_margin, worst, wrong = np.inf, None, set()
     if chosen:
         pairs = [realize(lay, lo, a_w, b_w, carry, rng) for a_w, b_w, carry in chosen for _ in range(tries)]
-        a = np.array([[int(x) for x in p[0][::-1]] for p in pairs], dtype=np.int64)
-        b = np.array([[int(x) for x in p[1][::-1]] for p in pairs], dtype=np.int64)
+        a = np.stack([digits_of(x) for x, _ in pairs])
+        b = np.stack([digits_of(y) for _, y in pairs])
         a, b, m = descend(oracle, a, b, lo, hi - lo + 1, sweeps, rng)
         i = int(np.argmin(m))
         min_margin, worst = float(m[i]), as_strings(a[i], b[i])
