@@ -337,6 +337,8 @@ PARTS = {
                  *functions("lengthgen.proof.trained", "certify", "_mass", cls="PositionCertifier"),
                  "lengthgen.proof.trained.xǁLayoutǁ*", "lengthgen.proof.counterexamples.*")),
     "trained-tables": Part(("src/lengthgen/proof/trained_tables.py",), TRAINED_TESTS, isolation="fork"),
+    # the adversarial search beside the certificate (--attack, --no-proof): about 70 s per test run
+    "attack": Part(("src/lengthgen/proof/attack.py",), ("tests/test_certify_attack.py",), isolation="fork"),
     "trained-affine": Part(("src/lengthgen/proof/trained_affine.py",), TRAINED_TESTS, isolation="fork"),
     # the float32 statement of the trained-model certificate: the formulas by hand and the kernels
     # measured (under 1 s), each step's widening exactly (1 s), each step against torch's float32
