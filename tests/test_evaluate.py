@@ -212,6 +212,9 @@ def test_one_addition_is_decoded_greedily_against_python(construction, capsys):
     assert main(["--checkpoint", construction, "--a", "999999999999", "--b", "1", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["sum"] == str(999999999999 + 1) and out["right"] and out["written"] == "0" * 12 + "1$"
+    assert main(["--checkpoint", construction, "--a", "007", "--b", "1", "--json"]) == 0  # 3 digits as given
+    out = json.loads(capsys.readouterr().out)
+    assert out["sum"] == "8" and out["right"] and out["written"] == "8000$"
     ckpt = str(ROOT / "checkpoints" / "addition_coupled_1l2h_packed_entropy_001_late_seed1")
     assert main(["--checkpoint", ckpt, "--a", "54004", "--b", "56406", "--json"]) == 1
     out = json.loads(capsys.readouterr().out)

@@ -37,11 +37,11 @@ import torch
 
 from . import task_batches
 from .cli import non_negative_integer, run_cli, torch_device
-from .data import DataError, batch_from_operands, parse_digit_list
+from .data import DataError, layout, parse_digit_list
 from .decode import UNDECIDED, decided_argmax, greedy_generate_batch
 from .model import DENSE_ENTRIES_LIMIT, Transformer
 from .runs import OneLineParser, RunError, fail, load_checkpoint, write_json
-from .tasks import get_task
+from .tasks import ADDITION
 
 PROG = "python -m lengthgen.evaluate"
 DEFAULT_SEED = 999  # the authors' evaluation seed
@@ -156,13 +156,14 @@ def add_once(model: Transformer, scheme: str, a: str, b: str) -> dict[str, Any]:
     ``$``; an undecided step is written ``?`` and ends the answer) and every answer position where
     they differ."""
     n = max(len(a), len(b))
-    batch = batch_from_operands([(int(a), int(b))], scheme)
+    digits = [np.array([int(x) for x in s[::-1].ljust(n, "0")], dtype=np.int64)[None] for s in (a, b)]
+    batch = layout(*digits, np.array([n]), scheme)  # n digits as given, leading zeros included
     tokens, pos, _ = batch.to_torch(model.device)
     eq = int(np.argmax(batch.loss_mask[0]))  # the '=' token, whose prediction is the first answer token
     row = greedy_generate_batch(model, tokens[:, :eq + 1], None if pos is None else pos[:, :eq + 1],
                                 None if pos is None else pos[:, eq + 1:-1], max_new_tokens=n + 2,
-                                stop_token=get_task("addition").EOS)[0]
-    written = "".join("?" if t == UNDECIDED else get_task("addition").decode([t]) for t in row)
+                                stop_token=ADDITION.EOS)[0]
+    written = "".join("?" if t == UNDECIDED else ADDITION.decode([t]) for t in row)
     total = int(a) + int(b)
     want = str(total).zfill(n + 1)[::-1] + "$"
     wrong = [{"answer_position": i, "expected": want[i], "written": written[i:i + 1]}

@@ -31,8 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..positions import addition_ids
-from ..tasks import ADDITION
+from ..data import layout
 from .counterexamples import realize
 from .trained import Layout, PositionResult
 
@@ -76,23 +75,23 @@ class MarginOracle:
     def __init__(self, model: torch.nn.Module, lay: Layout, r: int | None, scheme: str,
                  dtype: torch.dtype = torch.float64):
         self.model = copy.deepcopy(model).to(dtype).eval()
-        self.lay, self.r = lay, r
-        prompt = ADDITION.instance("0" * lay.n, "0" * lay.n, start=lay.s).prompt_len
+        self.lay, self.r, self.scheme = lay, r, scheme
+        prompt = 2 * lay.n + 3  # $ a + b =
         self.first = prompt - 1 if r is None else prompt - 1 + r  # the first query scored
         self.length = prompt + (lay.n + 1 if r is None else r)  # tokens fed: up to the last query scored
-        self.pos = torch.as_tensor(addition_ids(scheme, lay.n, lay.s)[:self.length], device=self.model.device)
 
     @torch.inference_mode()
     def position_margins(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """[K, P] margins of the pairs a[K, n], b[K, n] (digits indexed by significance) at each
-        answer position scored (P = 1 for one r, N + 2 for all)."""
+        answer position scored (P = 1 for one r, N + 2 for all); the rows are laid out by
+        :func:`lengthgen.data.layout`, as ``lengthgen.evaluate`` lays out its test sets."""
         out = []
         rows = max(1, TOKENS_PER_CHUNK // self.length)
         for i in range(0, len(a), rows):
-            insts = [ADDITION.instance(*as_strings(x, y), start=self.lay.s) for x, y in zip(a[i:i + rows], b[i:i + rows])]
-            tokens = torch.as_tensor(np.stack([t.tokens for t in insts]), device=self.model.device)
-            logits = self.model(tokens[:, :self.length], self.pos[None].expand(len(insts), -1),
-                                logits_from=self.first).double()
+            k = len(a[i:i + rows])
+            tokens, pos, _ = layout(a[i:i + rows], b[i:i + rows], np.full(k, self.lay.n), self.scheme,
+                                    self.lay.s).to_torch(self.model.device)
+            logits = self.model(tokens[:, :self.length], pos[:, :self.length], logits_from=self.first).double()
             target = tokens[:, self.first + 1:self.length + 1, None]
             right = logits.gather(2, target)[..., 0]
             others = logits.scatter(2, target, -torch.inf).max(dim=2).values
